@@ -1,0 +1,164 @@
+//! The one public error type of actorgraph.
+
+use std::fmt;
+
+/// A boxed error returned by a fallible actor method.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong when building or running a graph.
+///
+/// Each variant says what happened and where: the actor group, the rank and the method or
+/// stage involved. Errors that come from one rank of a collective are agreed on by every
+/// rank first, so one failing actor never leaves the others waiting.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `launch` was given an actor group with no actors.
+    #[error("actor group `{group}` is empty: launch needs at least one actor")]
+    EmptyGroup {
+        /// The group's name in the graph.
+        group: &'static str,
+    },
+
+    /// Two groups whose values are zipped into one output have different sizes.
+    #[error("actor groups `{first}` ({first_len} actors) and `{second}` ({second_len} actors) feed one output and must have the same size")]
+    GroupSizeMismatch {
+        /// The first group.
+        first: &'static str,
+        /// Its number of actors.
+        first_len: usize,
+        /// The second group.
+        second: &'static str,
+        /// Its number of actors.
+        second_len: usize,
+    },
+
+    /// A tensor's data length does not match its shape.
+    #[error("tensor shape {shape:?} holds {expected} elements but {got} were given")]
+    ShapeData {
+        /// The requested shape.
+        shape: Vec<usize>,
+        /// The number of elements the shape holds.
+        expected: usize,
+        /// The number of elements given.
+        got: usize,
+    },
+
+    /// An actor method returned `Err`.
+    #[error("method `{method}` failed on rank {rank} of group `{group}`: {source}")]
+    Method {
+        /// The actor group.
+        group: &'static str,
+        /// The rank of the actor in its group.
+        rank: usize,
+        /// The method that failed.
+        method: &'static str,
+        /// The method's own error.
+        source: BoxError,
+    },
+
+    /// Code running on an actor thread panicked; the actor is poisoned from then on.
+    #[error("{} panicked on rank {rank} of group `{group}`: {message}", fmt_method(.method))]
+    Panic {
+        /// The actor group.
+        group: &'static str,
+        /// The rank of the actor in its group.
+        rank: usize,
+        /// The method that panicked, or `None` when the panic came from the graph's own code
+        /// (for example a user's `Bucketable` impl).
+        method: Option<&'static str>,
+        /// The panic message.
+        message: String,
+    },
+
+    /// An actor panicked in an earlier execution, so its state may be torn.
+    #[error("actor {rank} of group `{group}` is poisoned: it panicked in an earlier execution ({message})")]
+    Poisoned {
+        /// The actor group.
+        group: &'static str,
+        /// The rank of the poisoned actor.
+        rank: usize,
+        /// The message of the panic that poisoned it.
+        message: String,
+    },
+
+    /// The ranks of a fused collective stage disagreed on the element counts or dtypes of a slot.
+    #[error("shape mismatch in stage `{stage}`, slot {slot}: {}", fmt_counts(.counts))]
+    ShapeMismatch {
+        /// The stage, as written in the graph.
+        stage: &'static str,
+        /// The position of the value in the stage's bucket.
+        slot: usize,
+        /// Each rank's `(dtype, element count)` for that slot, indexed by rank.
+        counts: Vec<(crate::DType, usize)>,
+    },
+
+    /// The ranks of a fused stage put different numbers of values in their buckets.
+    #[error("stage `{stage}`: ranks put different numbers of values in the bucket ({counts:?})")]
+    BucketMismatch {
+        /// The stage, as written in the graph.
+        stage: &'static str,
+        /// Each rank's number of values, indexed by rank.
+        counts: Vec<usize>,
+    },
+
+    /// This rank skipped its work because rank `failed_rank` of its group failed first.
+    ///
+    /// `execute` reports the root cause instead; this variant only surfaces on its own when a
+    /// custom communicator reports a failure without one.
+    #[error("rank {rank} of group `{group}` stopped because rank {failed_rank} failed")]
+    Aborted {
+        /// The actor group.
+        group: &'static str,
+        /// The rank that stopped.
+        rank: usize,
+        /// The rank that failed.
+        failed_rank: usize,
+    },
+
+    /// An actor thread is gone (it could not be spawned or it died).
+    #[error("actor {rank} of group `{group}` is gone: {reason}")]
+    ActorLost {
+        /// The actor group.
+        group: &'static str,
+        /// The rank of the actor.
+        rank: usize,
+        /// What happened to it.
+        reason: String,
+    },
+
+    /// A backend or communicator failed.
+    #[error("backend error: {0}")]
+    Backend(String),
+}
+
+fn fmt_method(method: &Option<&'static str>) -> String {
+    match method {
+        Some(m) => format!("method `{m}`"),
+        None => "the actor step".to_string(),
+    }
+}
+
+fn fmt_counts(counts: &[(crate::DType, usize)]) -> String {
+    struct Counts<'a>(&'a [(crate::DType, usize)]);
+    impl fmt::Display for Counts<'_> {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            for (rank, (dtype, n)) in self.0.iter().enumerate() {
+                if rank > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "rank {rank} has {n} x {dtype}")?;
+            }
+            Ok(())
+        }
+    }
+    Counts(counts).to_string()
+}
+
+impl Error {
+    /// Whether this error is the cause of a failure rather than a rank stopping because of
+    /// another rank's failure.
+    pub(crate) fn is_root_cause(&self) -> bool {
+        !matches!(self, Error::Aborted { .. })
+    }
+}

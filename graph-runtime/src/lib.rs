@@ -1,0 +1,125 @@
+//! The runtime of actorgraph: tensors, actor threads, communicators and fused stages.
+//!
+//! Users reach it through the `actorgraph` facade; the code that `graph!` generates uses
+//! the `#[doc(hidden)]` [`__private`] module.
+#![warn(missing_docs)]
+
+mod bucket;
+pub mod comm;
+mod element;
+mod error;
+mod exec;
+mod method;
+mod sync;
+mod tensor;
+
+pub use bucket::{Bucketable, Reduced};
+pub use comm::{Backend, Communicator, Cpu, ReduceOp};
+pub use element::{DType, Element};
+pub use error::{BoxError, Error};
+pub use tensor::Tensor;
+
+/// Items the generated code uses. Not a public API: it changes without notice.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::bucket::{FusedStage, SlotIdx};
+    pub use crate::comm::{Backend, Collective, Communicator, ReduceOp};
+    pub use crate::exec::{Group, Stage, StepCtx, StepFn};
+    pub use crate::method::{into_result, Method};
+    pub use crate::{BoxError, Bucketable, Error};
+    pub use std::marker::PhantomData;
+    pub use std::result::Result;
+    pub use std::vec::Vec;
+
+    /// Destructuring a tuple-valued method output by position.
+    pub trait TupleField<const I: usize> {
+        /// The type of field `I`.
+        type Type;
+    }
+
+    macro_rules! field {
+        ($i:tt, $t:ident, ($($all:ident),*)) => {
+            impl<$($all),*> TupleField<$i> for ($($all,)*) {
+                type Type = $t;
+            }
+        };
+    }
+    field!(0, A, (A));
+    field!(0, A, (A, B));
+    field!(1, B, (A, B));
+    field!(0, A, (A, B, C));
+    field!(1, B, (A, B, C));
+    field!(2, C, (A, B, C));
+    field!(0, A, (A, B, C, D));
+    field!(1, B, (A, B, C, D));
+    field!(2, C, (A, B, C, D));
+    field!(3, D, (A, B, C, D));
+    field!(0, A, (A, B, C, D, E));
+    field!(1, B, (A, B, C, D, E));
+    field!(2, C, (A, B, C, D, E));
+    field!(3, D, (A, B, C, D, E));
+    field!(4, E, (A, B, C, D, E));
+    field!(0, A, (A, B, C, D, E, F));
+    field!(1, B, (A, B, C, D, E, F));
+    field!(2, C, (A, B, C, D, E, F));
+    field!(3, D, (A, B, C, D, E, F));
+    field!(4, E, (A, B, C, D, E, F));
+    field!(5, F, (A, B, C, D, E, F));
+    field!(0, A, (A, B, C, D, E, F, G));
+    field!(1, B, (A, B, C, D, E, F, G));
+    field!(2, C, (A, B, C, D, E, F, G));
+    field!(3, D, (A, B, C, D, E, F, G));
+    field!(4, E, (A, B, C, D, E, F, G));
+    field!(5, F, (A, B, C, D, E, F, G));
+    field!(6, G, (A, B, C, D, E, F, G));
+    field!(0, A, (A, B, C, D, E, F, G, H));
+    field!(1, B, (A, B, C, D, E, F, G, H));
+    field!(2, C, (A, B, C, D, E, F, G, H));
+    field!(3, D, (A, B, C, D, E, F, G, H));
+    field!(4, E, (A, B, C, D, E, F, G, H));
+    field!(5, F, (A, B, C, D, E, F, G, H));
+    field!(6, G, (A, B, C, D, E, F, G, H));
+    field!(7, H, (A, B, C, D, E, F, G, H));
+    field!(0, A, (A, B, C, D, E, F, G, H, I));
+    field!(1, B, (A, B, C, D, E, F, G, H, I));
+    field!(2, C, (A, B, C, D, E, F, G, H, I));
+    field!(3, D, (A, B, C, D, E, F, G, H, I));
+    field!(4, E, (A, B, C, D, E, F, G, H, I));
+    field!(5, F, (A, B, C, D, E, F, G, H, I));
+    field!(6, G, (A, B, C, D, E, F, G, H, I));
+    field!(7, H, (A, B, C, D, E, F, G, H, I));
+    field!(8, I, (A, B, C, D, E, F, G, H, I));
+    field!(0, A, (A, B, C, D, E, F, G, H, I, J));
+    field!(1, B, (A, B, C, D, E, F, G, H, I, J));
+    field!(2, C, (A, B, C, D, E, F, G, H, I, J));
+    field!(3, D, (A, B, C, D, E, F, G, H, I, J));
+    field!(4, E, (A, B, C, D, E, F, G, H, I, J));
+    field!(5, F, (A, B, C, D, E, F, G, H, I, J));
+    field!(6, G, (A, B, C, D, E, F, G, H, I, J));
+    field!(7, H, (A, B, C, D, E, F, G, H, I, J));
+    field!(8, I, (A, B, C, D, E, F, G, H, I, J));
+    field!(9, J, (A, B, C, D, E, F, G, H, I, J));
+    field!(0, A, (A, B, C, D, E, F, G, H, I, J, K));
+    field!(1, B, (A, B, C, D, E, F, G, H, I, J, K));
+    field!(2, C, (A, B, C, D, E, F, G, H, I, J, K));
+    field!(3, D, (A, B, C, D, E, F, G, H, I, J, K));
+    field!(4, E, (A, B, C, D, E, F, G, H, I, J, K));
+    field!(5, F, (A, B, C, D, E, F, G, H, I, J, K));
+    field!(6, G, (A, B, C, D, E, F, G, H, I, J, K));
+    field!(7, H, (A, B, C, D, E, F, G, H, I, J, K));
+    field!(8, I, (A, B, C, D, E, F, G, H, I, J, K));
+    field!(9, J, (A, B, C, D, E, F, G, H, I, J, K));
+    field!(10, K, (A, B, C, D, E, F, G, H, I, J, K));
+    field!(0, A, (A, B, C, D, E, F, G, H, I, J, K, L));
+    field!(1, B, (A, B, C, D, E, F, G, H, I, J, K, L));
+    field!(2, C, (A, B, C, D, E, F, G, H, I, J, K, L));
+    field!(3, D, (A, B, C, D, E, F, G, H, I, J, K, L));
+    field!(4, E, (A, B, C, D, E, F, G, H, I, J, K, L));
+    field!(5, F, (A, B, C, D, E, F, G, H, I, J, K, L));
+    field!(6, G, (A, B, C, D, E, F, G, H, I, J, K, L));
+    field!(7, H, (A, B, C, D, E, F, G, H, I, J, K, L));
+    field!(8, I, (A, B, C, D, E, F, G, H, I, J, K, L));
+    field!(9, J, (A, B, C, D, E, F, G, H, I, J, K, L));
+    field!(10, K, (A, B, C, D, E, F, G, H, I, J, K, L));
+    field!(11, L, (A, B, C, D, E, F, G, H, I, J, K, L));
+}

@@ -1,0 +1,25 @@
+//! Spin-then-park synchronization: the driver <-> actor handoff and the collective barrier.
+//!
+//! A spin round trip between two cores costs about 0.2 µs here and a futex wake about
+//! 70 µs, so waiters spin briefly before they park; under oversubscription they yield and
+//! then park instead of burning a core another actor needs.
+
+mod epoch;
+
+pub(crate) use epoch::{Barrier, Epoch};
+
+#[cfg(loom)]
+pub(crate) mod prims {
+    pub(crate) use loom::hint::spin_loop;
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+    pub(crate) use loom::sync::{Condvar, Mutex};
+    pub(crate) use loom::thread::yield_now;
+}
+
+#[cfg(not(loom))]
+pub(crate) mod prims {
+    pub(crate) use std::hint::spin_loop;
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+    pub(crate) use std::sync::{Condvar, Mutex};
+    pub(crate) use std::thread::yield_now;
+}

@@ -1,0 +1,268 @@
+//! `Tensor<E>`: shared storage, an offset and a shape.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::{Element, Error};
+
+/// The memory a tensor points into. Shared by every view of it.
+///
+/// Host memory only for now; a device variant belongs here, next to `Host`, so that
+/// `Tensor`'s own API does not change when it is added.
+#[derive(Debug)]
+pub(crate) enum Storage<E> {
+    Host(Vec<E>),
+}
+
+impl<E> Storage<E> {
+    pub(crate) fn host(&self) -> &[E] {
+        match self {
+            Storage::Host(v) => v,
+        }
+    }
+
+    pub(crate) fn host_mut(&mut self) -> &mut Vec<E> {
+        match self {
+            Storage::Host(v) => v,
+        }
+    }
+}
+
+/// An n-dimensional array of `E`, cheap to clone.
+///
+/// A tensor is an `Arc` to its storage plus an offset and a shape, so `clone` copies no
+/// data, and the outputs of a fused collective are views into one flat buffer. Tensors are
+/// immutable: a view that a caller holds never changes.
+///
+/// ```
+/// use actorgraph::Tensor;
+///
+/// let t = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [2, 3])?;
+/// assert_eq!(t.shape(), &[2, 3]);
+/// assert_eq!(t.len(), 6);
+/// assert_eq!(t.as_slice()[4], 5.0);
+/// let u = t.clone(); // shares the data
+/// assert_eq!(u.to_vec(), t.to_vec());
+/// assert!(Tensor::from_vec(vec![1i32, 2], [3]).is_err());
+/// # Ok::<(), actorgraph::Error>(())
+/// ```
+pub struct Tensor<E> {
+    data: Arc<Storage<E>>,
+    offset: usize,
+    len: usize,
+    shape: Arc<[usize]>,
+}
+
+impl<E> Clone for Tensor<E> {
+    fn clone(&self) -> Self {
+        Self {
+            data: Arc::clone(&self.data),
+            offset: self.offset,
+            len: self.len,
+            shape: Arc::clone(&self.shape),
+        }
+    }
+}
+
+fn numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+impl<E: Element> Tensor<E> {
+    /// A tensor of `shape` with every element equal to `value`.
+    ///
+    /// ```
+    /// let t = actorgraph::Tensor::full([2, 2], 7u8);
+    /// assert_eq!(t.to_vec(), vec![7; 4]);
+    /// ```
+    ///
+    /// # Panics
+    /// If the number of elements overflows `usize` (the allocation could not succeed anyway).
+    pub fn full(shape: impl AsRef<[usize]>, value: E) -> Self {
+        let shape = shape.as_ref();
+        let n = numel(shape).expect("tensor shape overflows usize");
+        Self::from_parts(vec![value; n], shape.into())
+    }
+
+    /// A tensor of `shape` filled with zeros.
+    ///
+    /// ```
+    /// let t = actorgraph::Tensor::<f64>::zeros([3]);
+    /// assert_eq!(t.to_vec(), vec![0.0; 3]);
+    /// ```
+    pub fn zeros(shape: impl AsRef<[usize]>) -> Self {
+        Self::full(shape, E::default())
+    }
+
+    /// A tensor with `data` laid out row-major in `shape`; an error if the lengths differ.
+    ///
+    /// ```
+    /// let t = actorgraph::Tensor::from_vec(vec![1i64, 2, 3], [3])?;
+    /// assert_eq!(t.as_slice(), &[1, 2, 3]);
+    /// # Ok::<(), actorgraph::Error>(())
+    /// ```
+    pub fn from_vec(data: Vec<E>, shape: impl AsRef<[usize]>) -> Result<Self, Error> {
+        let shape = shape.as_ref();
+        match numel(shape) {
+            Some(n) if n == data.len() => Ok(Self::from_parts(data, shape.into())),
+            expected => Err(Error::ShapeData {
+                shape: shape.to_vec(),
+                expected: expected.unwrap_or(usize::MAX),
+                got: data.len(),
+            }),
+        }
+    }
+
+    /// A one-dimensional tensor holding a copy of `data`.
+    ///
+    /// ```
+    /// let t = actorgraph::Tensor::from_slice(&[1.5f32, 2.5]);
+    /// assert_eq!(t.shape(), &[2]);
+    /// ```
+    pub fn from_slice(data: &[E]) -> Self {
+        Self::from_parts(data.to_vec(), Arc::from([data.len()]))
+    }
+
+    /// A zero-dimensional tensor holding one value.
+    ///
+    /// ```
+    /// let t = actorgraph::Tensor::scalar(3i32);
+    /// assert_eq!((t.shape(), t.len()), (&[][..], 1));
+    /// ```
+    pub fn scalar(value: E) -> Self {
+        Self::from_parts(vec![value], Arc::from([]))
+    }
+
+    fn from_parts(data: Vec<E>, shape: Arc<[usize]>) -> Self {
+        let len = data.len();
+        Self {
+            data: Arc::new(Storage::Host(data)),
+            offset: 0,
+            len,
+            shape,
+        }
+    }
+
+    /// A view of `len` elements of `data` starting at `offset`, with `shape`.
+    ///
+    /// The caller guarantees `offset + len <= data.len()` and that `shape` holds `len`.
+    pub(crate) fn view(
+        data: Arc<Storage<E>>,
+        offset: usize,
+        len: usize,
+        shape: Arc<[usize]>,
+    ) -> Self {
+        debug_assert!(offset + len <= data.host().len());
+        Self {
+            data,
+            offset,
+            len,
+            shape,
+        }
+    }
+
+    pub(crate) fn shape_arc(&self) -> &Arc<[usize]> {
+        &self.shape
+    }
+
+    /// The elements, row-major.
+    pub fn as_slice(&self) -> &[E] {
+        &self.data.host()[self.offset..self.offset + self.len]
+    }
+
+    /// A copy of the elements, row-major.
+    pub fn to_vec(&self) -> Vec<E> {
+        self.as_slice().to_vec()
+    }
+
+    /// The shape (empty for a scalar).
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the tensor holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The run-time dtype of the elements.
+    pub fn dtype(&self) -> crate::DType {
+        E::DTYPE
+    }
+
+    /// Whether two tensors share storage (for example two outputs of one fused stage).
+    ///
+    /// ```
+    /// let t = actorgraph::Tensor::full([2], 1.0f32);
+    /// assert!(t.shares_storage(&t.clone()));
+    /// assert!(!t.shares_storage(&actorgraph::Tensor::full([2], 1.0)));
+    /// ```
+    pub fn shares_storage(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.data, &other.data)
+    }
+}
+
+impl<E: Element> PartialEq for Tensor<E> {
+    fn eq(&self, other: &Self) -> bool {
+        self.shape() == other.shape() && self.as_slice() == other.as_slice()
+    }
+}
+
+impl<E: Element> fmt::Debug for Tensor<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tensor")
+            .field("dtype", &E::DTYPE)
+            .field("shape", &self.shape())
+            .field("data", &self.as_slice())
+            .finish()
+    }
+}
+
+impl<E: Element> From<Vec<E>> for Tensor<E> {
+    fn from(data: Vec<E>) -> Self {
+        let n = data.len();
+        Self::from_parts(data, Arc::from([n]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_share_storage_and_keep_their_window() {
+        let t = Tensor::from_vec((0..12).map(|i| i as f32).collect(), [3, 4]).unwrap();
+        let v = Tensor::view(Arc::clone(&t.data), 4, 4, Arc::from([4]));
+        assert_eq!(v.as_slice(), &[4.0, 5.0, 6.0, 7.0]);
+        assert!(v.shares_storage(&t));
+        assert_eq!(v.shape(), &[4]);
+    }
+
+    #[test]
+    fn from_vec_rejects_a_wrong_length() {
+        let err = Tensor::from_vec(vec![1u8, 2, 3], [2, 2]).unwrap_err();
+        assert!(matches!(err, Error::ShapeData { expected: 4, got: 3, .. }));
+        assert_eq!(
+            err.to_string(),
+            "tensor shape [2, 2] holds 4 elements but 3 were given"
+        );
+    }
+
+    #[test]
+    fn overflowing_shape_is_an_error_not_a_panic() {
+        assert!(Tensor::<u8>::from_vec(vec![], [usize::MAX, 2]).is_err());
+    }
+
+    #[test]
+    fn scalar_and_empty() {
+        assert_eq!(Tensor::scalar(2.0f64).len(), 1);
+        let e = Tensor::<i32>::zeros([0]);
+        assert!(e.is_empty());
+        assert_eq!(e.to_vec(), Vec::<i32>::new());
+    }
+}
