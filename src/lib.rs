@@ -1,2 +1,52 @@
-//! placeholder
+//! # actorgraph
+//!
+//! Typed, compiled actor graphs with fused collectives.
+//!
+//! `#[actor]` on an `impl` block turns its methods into graph nodes; `graph!` declares a
+//! static graph of actor groups, inputs, method calls and collectives, checks it at
+//! compile time and generates its type. Every collective becomes one fused stage: all of
+//! an actor's values packed into one flat buffer, one collective over it, and the outputs
+//! handed back as views into it.
+//!
+//! ```
+//! use actorgraph::prelude::*;
+//!
+//! struct Worker { rank: usize }
+//!
+//! #[actor]
+//! impl Worker {
+//!     fn comp1(&mut self, _x: &Tensor<f32>) -> Tensor<f32> { Tensor::full([4], 1.0) }
+//!     fn comp2(&mut self, _x: &Tensor<f32>) -> Tensor<f32> { Tensor::full([2], 2.0) }
+//! }
+//!
+//! graph! {
+//!     /// Both outputs of every worker, summed across workers by one collective.
+//!     pub Bucketed(workers: [Worker], x: Tensor<f32>) {
+//!         let c1 = workers.comp1(x);
+//!         let c2 = workers.comp2(x);
+//!         allreduce([c1, c2])
+//!     }
+//! }
+//!
+//! fn main() -> Result<(), actorgraph::Error> {
+//!     let workers = (0..4).map(|rank| Worker { rank }).collect();
+//!     let mut g = Bucketed::launch(workers, Cpu::default())?;
+//!     let out: Vec<(Tensor<f32>, Tensor<f32>)> = g.execute(Tensor::zeros([1]))?;
+//!     assert_eq!(out[2].0.to_vec(), vec![4.0; 4]);
+//!     assert_eq!(out[2].1.to_vec(), vec![8.0; 2]);
+//!     let workers: Vec<Worker> = g.teardown()?;
+//!     assert_eq!(workers[3].rank, 3);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! See the README for the grammar of `graph!`, the generated API and the errors.
+#![warn(missing_docs)]
+
+pub use graph_macros::{actor, graph};
 pub use graph_runtime::*;
+
+/// Everything a graph author needs: the macros, tensors, backends and reduce ops.
+pub mod prelude {
+    pub use crate::{actor, graph, Backend, Bucketable, Cpu, Error, ReduceOp, Tensor};
+}

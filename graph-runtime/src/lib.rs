@@ -31,6 +31,22 @@ pub mod __private {
     pub use std::result::Result;
     pub use std::vec::Vec;
 
+    /// Checks that groups whose values are zipped into one output have the same size.
+    pub fn same_size(groups: &[(&'static str, usize)]) -> Result<(), Error> {
+        let Some(&(first, first_len)) = groups.first() else {
+            return Ok(());
+        };
+        match groups.iter().find(|&&(_, n)| n != first_len) {
+            Some(&(second, second_len)) => Err(Error::GroupSizeMismatch {
+                first,
+                first_len,
+                second,
+                second_len,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Destructuring a tuple-valued method output by position.
     pub trait TupleField<const I: usize> {
         /// The type of field `I`.

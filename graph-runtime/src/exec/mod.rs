@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
-use crate::comm::Communicator;
+use crate::comm::{Backend, Communicator};
 use crate::sync::prims::AtomicBool;
 use crate::sync::Epoch;
 use crate::Error;
@@ -55,16 +55,17 @@ where
 {
     /// Spawns one thread per actor, named `actorgraph-<group>-<rank>`, each owning its actor,
     /// its communicator endpoint and its fused stages.
-    pub fn launch<C: Communicator>(
+    pub fn launch<B: Backend>(
         name: &'static str,
         actors: Vec<A>,
-        comms: Vec<C>,
+        backend: &B,
         stage_names: &'static [&'static str],
-        step: StepFn<A, C, I, O>,
+        step: StepFn<A, B::Comm, I, O>,
     ) -> Result<Self, Error> {
         if actors.is_empty() {
             return Err(Error::EmptyGroup { group: name });
         }
+        let comms = backend.communicators(actors.len())?;
         if comms.len() != actors.len() {
             return Err(Error::Backend(format!(
                 "the backend made {} communicators for the {} actors of group `{name}`",

@@ -1,0 +1,36 @@
+//! `graph!`: parse (syn AST, spans kept) -> lower into an IR of values and ops keyed by id,
+//! checking as it goes (every error collected with its span) -> schedule per actor group
+//! -> codegen. On error the graph still expands to its struct with the right methods, so
+//! the user sees the real errors and not a wall of secondary ones.
+
+mod codegen;
+mod ir;
+mod ops;
+mod parse;
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use crate::diag::Diag;
+
+pub(crate) fn expand(input: TokenStream) -> TokenStream {
+    let defs = match syn::parse2::<parse::Graphs>(input) {
+        Ok(defs) => defs,
+        Err(e) => return e.to_compile_error(),
+    };
+    defs.0
+        .iter()
+        .map(|def| {
+            let mut diag = Diag::default();
+            let graph = ir::lower(def, &mut diag);
+            match graph {
+                Some(graph) if diag.is_empty() => codegen::expand(&graph),
+                _ => {
+                    let errors = diag.to_tokens();
+                    let fallback = codegen::fallback(def);
+                    quote!(#errors #fallback)
+                }
+            }
+        })
+        .collect()
+}
