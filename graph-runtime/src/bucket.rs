@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use crate::comm::{Collective, Communicator, Disagreement, Header, RegionMut, SlotDesc, StageError, Status};
+use crate::comm::{
+    Collective, Communicator, Disagreement, Header, RegionMut, SlotDesc, StageError, Status,
+};
 use crate::tensor::Storage;
 use crate::{DType, Element, Error, Tensor};
 
@@ -308,9 +310,11 @@ fn stage_error(e: StageError, stage: &'static str, group: &'static str, rank: us
         StageError::Disagreed(Disagreement::BucketSize { counts }) => {
             Error::BucketMismatch { stage, counts }
         }
-        StageError::Disagreed(Disagreement::Slot { slot, counts }) => {
-            Error::ShapeMismatch { stage, slot, counts }
-        }
+        StageError::Disagreed(Disagreement::Slot { slot, counts }) => Error::ShapeMismatch {
+            stage,
+            slot,
+            counts,
+        },
     }
 }
 
@@ -344,12 +348,100 @@ mod tests {
         assert_eq!(
             st.slots,
             vec![
-                SlotDesc { dtype: DType::F32, len: 3 },
-                SlotDesc { dtype: DType::I64, len: 2 },
-                SlotDesc { dtype: DType::F32, len: 4 },
-                SlotDesc { dtype: DType::F32, len: 0 },
+                SlotDesc {
+                    dtype: DType::F32,
+                    len: 3
+                },
+                SlotDesc {
+                    dtype: DType::I64,
+                    len: 2
+                },
+                SlotDesc {
+                    dtype: DType::F32,
+                    len: 4
+                },
+                SlotDesc {
+                    dtype: DType::F32,
+                    len: 0
+                },
             ]
         );
+    }
+
+    /// A fused stage over several tensors of mixed dtypes and lengths gives, for each
+    /// tensor, exactly what reducing that tensor alone gives.
+    #[test]
+    fn fused_stage_matches_a_per_tensor_reference() {
+        use crate::comm::{reduce_reference, Backend};
+        use crate::{Cpu, ReduceOp};
+
+        let n = 3;
+        const LENS: [usize; 5] = [5, 0, 1, 2500, 7];
+        let lens = LENS;
+        let f = |rank: usize, k: usize| -> Tensor<f32> {
+            Tensor::from_vec(
+                (0..LENS[k])
+                    .map(|i| ((i * 31 + rank * 7 + k) % 13) as f32 - 6.5)
+                    .collect(),
+                [LENS[k]],
+            )
+            .unwrap()
+        };
+        let g = |rank: usize| -> Tensor<i64> {
+            Tensor::from_vec((0..9).map(|i| (i * rank) as i64 - 3).collect(), [3, 3]).unwrap()
+        };
+        for op in [
+            ReduceOp::Sum,
+            ReduceOp::Prod,
+            ReduceOp::Min,
+            ReduceOp::Max,
+            ReduceOp::Avg,
+        ] {
+            let comms = Cpu.communicators(n).unwrap();
+            let threads: Vec<_> = comms
+                .into_iter()
+                .enumerate()
+                .map(|(rank, mut comm)| {
+                    std::thread::spawn(move || {
+                        let mut st = FusedStage::new("test");
+                        let fs: Vec<Tensor<f32>> = (0..lens.len()).map(|k| f(rank, k)).collect();
+                        let gi = g(rank);
+                        st.begin();
+                        let slots: Vec<SlotIdx> = fs.iter().map(|t| st.add(t)).collect();
+                        let gslot = st.add(&gi);
+                        st.prepare();
+                        fs.iter().zip(&slots).for_each(|(t, &s)| st.pack(t, s));
+                        st.pack(&gi, gslot);
+                        st.run(&mut comm, Collective::AllReduce(op), "g").unwrap();
+                        let outs: Vec<Vec<f32>> = fs
+                            .iter()
+                            .zip(&slots)
+                            .map(|(t, &s)| st.output(t, s).to_vec())
+                            .collect();
+                        (outs, st.output(&gi, gslot).to_vec())
+                    })
+                })
+                .collect();
+            let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+            for k in 0..lens.len() {
+                let inputs: Vec<Vec<f32>> = (0..n).map(|r| f(r, k).to_vec()).collect();
+                let refs: Vec<&[f32]> = inputs.iter().map(|v| v.as_slice()).collect();
+                let want: Vec<u32> = reduce_reference(&refs, op)
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect();
+                for (outs, _) in &results {
+                    let got: Vec<u32> = outs[k].iter().map(|x| x.to_bits()).collect();
+                    assert_eq!(got, want, "op {op:?} tensor {k}");
+                }
+            }
+            let inputs: Vec<Vec<i64>> = (0..n).map(|r| g(r).to_vec()).collect();
+            let refs: Vec<&[i64]> = inputs.iter().map(|v| v.as_slice()).collect();
+            let want = reduce_reference(&refs, op);
+            for (_, gout) in &results {
+                assert_eq!(gout, &want, "op {op:?} i64 tensor");
+            }
+        }
     }
 
     #[test]
@@ -365,7 +457,10 @@ mod tests {
         };
         let first = round(&mut st);
         let second = round(&mut st);
-        assert!(!first.shares_storage(&second), "a held view must not be reused");
+        assert!(
+            !first.shares_storage(&second),
+            "a held view must not be reused"
+        );
         drop(first);
         drop(second);
         let third = round(&mut st);

@@ -246,7 +246,14 @@ mod tests {
     #[test]
     fn from_vec_rejects_a_wrong_length() {
         let err = Tensor::from_vec(vec![1u8, 2, 3], [2, 2]).unwrap_err();
-        assert!(matches!(err, Error::ShapeData { expected: 4, got: 3, .. }));
+        assert!(matches!(
+            err,
+            Error::ShapeData {
+                expected: 4,
+                got: 3,
+                ..
+            }
+        ));
         assert_eq!(
             err.to_string(),
             "tensor shape [2, 2] holds 4 elements but 3 were given"

@@ -38,7 +38,9 @@ impl Backend for Cpu {
     fn communicators(&self, size: usize) -> Result<Vec<CpuComm>, Error> {
         let shared = Arc::new(Shared {
             barrier: Barrier::new(size),
-            posts: (0..size).map(|_| Padded(std::array::from_fn(|_| Post::new()))).collect(),
+            posts: (0..size)
+                .map(|_| Padded(std::array::from_fn(|_| Post::new())))
+                .collect(),
         });
         Ok((0..size)
             .map(|rank| CpuComm {
@@ -148,7 +150,8 @@ impl Communicator for CpuComm {
         }
         self.round = self.round.wrapping_add(1);
         let mine = self.post(self.rank);
-        mine.failed.store(usize::from(header.status == Status::Failed), Relaxed);
+        mine.failed
+            .store(usize::from(header.status == Status::Failed), Relaxed);
         mine.slots.store(header.slots.as_ptr() as usize, Relaxed);
         mine.nslots.store(header.slots.len(), Relaxed);
         for d in 0..DType::COUNT {
@@ -300,9 +303,19 @@ mod tests {
         for n in [1, 2, 3, 5] {
             for len in [0, 1, 7, BLOCK + 3, 3 * BLOCK] {
                 let inputs: Vec<Vec<f32>> = (0..n)
-                    .map(|r| (0..len).map(|i| ((i * 7 + r * 13) % 17) as f32 * 0.37).collect())
+                    .map(|r| {
+                        (0..len)
+                            .map(|i| ((i * 7 + r * 13) % 17) as f32 * 0.37)
+                            .collect()
+                    })
                     .collect();
-                for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg] {
+                for op in [
+                    ReduceOp::Sum,
+                    ReduceOp::Prod,
+                    ReduceOp::Min,
+                    ReduceOp::Max,
+                    ReduceOp::Avg,
+                ] {
                     let srcs: Vec<&[f32]> = inputs.iter().map(|v| v.as_slice()).collect();
                     let want = reduce_reference(&srcs, op);
                     for got in run(inputs.clone(), op) {
@@ -324,8 +337,14 @@ mod tests {
             .map(|(rank, mut comm)| {
                 std::thread::spawn(move || {
                     let mut data = vec![1i64; 10 * (rank + 1)];
-                    let slots = [SlotDesc { dtype: DType::I64, len: data.len() }];
-                    let header = Header { status: Status::Ok, slots: &slots };
+                    let slots = [SlotDesc {
+                        dtype: DType::I64,
+                        len: data.len(),
+                    }];
+                    let header = Header {
+                        status: Status::Ok,
+                        slots: &slots,
+                    };
                     let mut regions = [i64::region_mut(&mut data)];
                     let r = comm.stage(&header, Collective::AllReduce(ReduceOp::Sum), &mut regions);
                     (r, data)

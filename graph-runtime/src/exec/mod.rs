@@ -94,7 +94,15 @@ where
             let shared = Arc::clone(&group.shared);
             let spawned = std::thread::Builder::new()
                 .name(format!("actorgraph-{name}-{rank}"))
-                .spawn(move || actor_loop(actor, StepCtx::new(name, comm, stage_names), step, &shared, rank));
+                .spawn(move || {
+                    actor_loop(
+                        actor,
+                        StepCtx::new(name, comm, stage_names),
+                        step,
+                        &shared,
+                        rank,
+                    )
+                });
             match spawned {
                 Ok(handle) => group.threads.push(handle),
                 // Dropping `group` stops the threads spawned so far.
@@ -190,7 +198,6 @@ where
             None => Ok(actors),
         }
     }
-
 }
 
 impl<A, I, O> Group<A, I, O> {
