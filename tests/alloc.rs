@@ -78,7 +78,11 @@ fn steady_state_execute_allocates_nothing_on_the_actors() {
         assert_eq!(out[2].2.as_slice()[4], 9);
     }
     let after = ACTOR_ALLOCS.load(Relaxed);
-    assert_eq!(after - before, 0, "allocations on actor threads in 10 000 executes");
+    assert_eq!(
+        after - before,
+        0,
+        "allocations on actor threads in 10 000 executes"
+    );
     // The counter is live: a held view forces a fresh buffer on the next execute.
     let held = g.execute(a.clone(), b.clone(), c.clone()).unwrap();
     g.execute(a, b, c).unwrap();

@@ -161,5 +161,217 @@ fn a_panic_is_reported_and_poisons_the_actor() {
             other => panic!("unexpected error {other:?}"),
         }
     }
-    g.teardown().unwrap();
+    // Teardown hands back the intact actor and names the poisoned one.
+    let mut back = g.teardown_each();
+    assert!(matches!(back[0], Err(Error::Poisoned { rank: 0, .. })));
+    assert_eq!(back.remove(1).unwrap().rank, 1);
+}
+
+struct Shaped {
+    rank: usize,
+}
+
+#[actor]
+impl Shaped {
+    /// Rank r returns `lens[r]` elements.
+    fn part(&mut self, lens: &[usize; 2]) -> Tensor<f32> {
+        Tensor::full([lens[self.rank]], 1.0)
+    }
+}
+
+graph! {
+    Parts(workers: [Shaped], lens: [usize; 2]) {
+        let a = workers.part(lens);
+        let b = workers.part(lens);
+        allreduce([a, b])
+    }
+}
+
+#[test]
+fn a_shape_mismatch_names_every_count_and_the_next_execute_works() {
+    let mut g = Parts::launch(vec![Shaped { rank: 0 }, Shaped { rank: 1 }], Cpu).unwrap();
+    let err = g.execute([10, 20]).unwrap_err();
+    match &err {
+        Error::ShapeMismatch {
+            stage,
+            slot,
+            counts,
+        } => {
+            assert_eq!(*stage, "allreduce([a, b])");
+            assert_eq!(*slot, 0);
+            assert_eq!(
+                counts,
+                &vec![(actorgraph::DType::F32, 10), (actorgraph::DType::F32, 20)]
+            );
+        }
+        other => panic!("unexpected error {other:?}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        "shape mismatch in stage `allreduce([a, b])`, slot 0: rank 0 has 10 x f32, rank 1 has 20 x f32"
+    );
+    let out = g.execute([7, 7]).unwrap();
+    assert_eq!(out[1].0.to_vec(), vec![2.0; 7]);
+    assert_eq!(out[1].1.to_vec(), vec![2.0; 7]);
+}
+
+/// An input whose clone panics after a few clones: `execute` panics in the driver while
+/// some actors already run.
+struct Fragile {
+    clones_left: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Clone for Fragile {
+    fn clone(&self) -> Self {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.clones_left.fetch_sub(1, SeqCst) == 0 {
+            panic!("clone budget exhausted");
+        }
+        Fragile {
+            clones_left: self.clones_left.clone(),
+        }
+    }
+}
+
+struct Taker;
+
+#[actor]
+impl Taker {
+    fn take(&mut self, _f: &Fragile) -> Tensor<u8> {
+        Tensor::full([3], 1)
+    }
+}
+
+graph! {
+    Takes(workers: [Taker], f: Fragile) {
+        let t = workers.take(f);
+        allreduce(t)
+    }
+}
+
+#[test]
+fn a_panic_in_the_driver_mid_execute_does_not_leave_threads_behind() {
+    let budget = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(1));
+    let result = std::panic::catch_unwind(|| {
+        let mut g = Takes::launch(vec![Taker, Taker, Taker, Taker], Cpu).unwrap();
+        // Ranks 0 and 1 get their input; cloning for rank 2 panics. Ranks 0 and 1 then
+        // wait in the collective for peers that never come, until the drop aborts it.
+        let _ = g.execute(Fragile {
+            clones_left: budget.clone(),
+        });
+    });
+    assert!(result.is_err());
+}
+
+/// Blocks in a method: for `ms` milliseconds, or until the process ends when `ms` is 0.
+struct Sleeper {
+    rank: usize,
+}
+
+#[actor]
+impl Sleeper {
+    fn nap(&mut self, plan: &(usize, u64)) -> Tensor<f32> {
+        let (who, ms) = *plan;
+        if self.rank == who {
+            if ms == 0 {
+                loop {
+                    std::thread::park();
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+        Tensor::full([2], 1.0)
+    }
+}
+
+graph! {
+    Naps(workers: [Sleeper], plan: (usize, u64)) {
+        let t = workers.nap(plan);
+        allreduce(t)
+    }
+}
+
+fn sleepers(n: usize) -> Vec<Sleeper> {
+    (0..n).map(|rank| Sleeper { rank }).collect()
+}
+
+// The bounds below are generous liveness checks (no hang), not performance assertions.
+const MARGIN: std::time::Duration = std::time::Duration::from_secs(3);
+
+#[test]
+fn a_method_past_the_timeout_gives_timeout_then_broken_then_a_bounded_teardown() {
+    use std::time::{Duration, Instant};
+    let mut g = Naps::launch(sleepers(3), Cpu).unwrap();
+    assert_eq!(
+        g.execute_timeout((9, 0), Duration::from_secs(60)).unwrap()[0].to_vec(),
+        vec![3.0; 2]
+    );
+
+    let timeout = Duration::from_millis(100);
+    let start = Instant::now();
+    let err = g.execute_timeout((1, 1_500), timeout).unwrap_err();
+    assert!(start.elapsed() < timeout + MARGIN);
+    match &err {
+        Error::Timeout {
+            group,
+            ranks,
+            waiting,
+            timeout: t,
+        } => {
+            assert_eq!(
+                (*group, ranks.as_slice(), *t),
+                ("workers", &[1][..], timeout)
+            );
+            assert_eq!(waiting, &[0, 2]);
+        }
+        other => panic!("unexpected error {other:?}"),
+    }
+    // Broken from now on, without running anything.
+    assert!(matches!(
+        g.execute((9, 0)),
+        Err(Error::Broken {
+            group: "workers",
+            ..
+        })
+    ));
+    assert!(matches!(
+        g.execute_timeout((9, 0), timeout),
+        Err(Error::Broken { .. })
+    ));
+    // The sleeper wakes up, finds its collective aborted and stops: everyone comes back.
+    let start = Instant::now();
+    let back = g.teardown().unwrap();
+    assert!(start.elapsed() < Duration::from_millis(1_500) + MARGIN);
+    assert_eq!(
+        back.iter().map(|s| s.rank).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+}
+
+#[test]
+fn a_stuck_actor_is_left_behind_and_the_others_come_back() {
+    use std::time::{Duration, Instant};
+    let mut g = Naps::launch(sleepers(2), Cpu).unwrap();
+    let err = g
+        .execute_timeout((0, 0), Duration::from_millis(50))
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Timeout { ref ranks, .. } if ranks == &[0]),
+        "{err}"
+    );
+    let start = Instant::now();
+    let back = g.teardown_each();
+    assert!(start.elapsed() < actorgraph::TEARDOWN_GRACE + MARGIN);
+    assert!(matches!(back[0], Err(Error::ActorLost { rank: 0, .. })));
+    assert!(matches!(back[1], Ok(Sleeper { rank: 1 })));
+}
+
+#[test]
+fn a_graph_dropped_with_an_execution_in_flight_does_not_hang() {
+    use std::time::{Duration, Instant};
+    let mut g = Naps::launch(sleepers(4), Cpu).unwrap();
+    let _ = g.execute_timeout((2, 0), Duration::from_millis(20));
+    let start = Instant::now();
+    drop(g);
+    assert!(start.elapsed() < actorgraph::TEARDOWN_GRACE + MARGIN);
 }

@@ -29,6 +29,9 @@ impl Diag {
 
     /// One `compile_error!` per error.
     pub(crate) fn to_tokens(&self) -> TokenStream {
-        self.errors.iter().map(syn::Error::to_compile_error).collect()
+        self.errors
+            .iter()
+            .map(syn::Error::to_compile_error)
+            .collect()
     }
 }

@@ -302,6 +302,10 @@ fn collective_for_skip() -> Collective {
 fn stage_error(e: StageError, stage: &'static str, group: &'static str, rank: usize) -> Error {
     match e {
         StageError::Comm(e) => e,
+        StageError::Aborted => Error::Broken {
+            group,
+            reason: format!("the communicator was aborted during stage `{stage}`"),
+        },
         StageError::Disagreed(Disagreement::Failed { rank: failed_rank }) => Error::Aborted {
             group,
             rank,

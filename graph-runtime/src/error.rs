@@ -127,6 +127,29 @@ pub enum Error {
         reason: String,
     },
 
+    /// An execution did not finish in time.
+    #[error("execution timed out after {timeout:?} in group `{group}`: ranks {ranks:?} had not finished their methods (ranks {waiting:?} were waiting for them in a collective); the graph is now broken")]
+    Timeout {
+        /// The group that did not finish.
+        group: &'static str,
+        /// The ranks that were still in their own code (a method), in order: the cause.
+        ranks: Vec<usize>,
+        /// The ranks that were waiting in a collective for the others.
+        waiting: Vec<usize>,
+        /// The timeout that passed.
+        timeout: std::time::Duration,
+    },
+
+    /// The graph cannot run any more (after a timeout or a lost actor thread); only
+    /// `teardown` is left.
+    #[error("actor group `{group}` is broken: {reason}")]
+    Broken {
+        /// The broken group.
+        group: &'static str,
+        /// What broke it.
+        reason: String,
+    },
+
     /// A backend or communicator failed.
     #[error("backend error: {0}")]
     Backend(String),
@@ -159,6 +182,6 @@ impl Error {
     /// Whether this error is the cause of a failure rather than a rank stopping because of
     /// another rank's failure.
     pub(crate) fn is_root_cause(&self) -> bool {
-        !matches!(self, Error::Aborted { .. })
+        !matches!(self, Error::Aborted { .. } | Error::Broken { .. })
     }
 }

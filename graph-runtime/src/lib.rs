@@ -17,6 +17,7 @@ pub use bucket::{Bucketable, Reduced};
 pub use comm::{Backend, Communicator, Cpu, ReduceOp};
 pub use element::{DType, Element};
 pub use error::{BoxError, Error};
+pub use exec::TEARDOWN_GRACE;
 pub use tensor::Tensor;
 
 /// Items the generated code uses. Not a public API: it changes without notice.
@@ -24,11 +25,12 @@ pub use tensor::Tensor;
 pub mod __private {
     pub use crate::bucket::{FusedStage, SlotIdx};
     pub use crate::comm::{Backend, Collective, Communicator, ReduceOp};
-    pub use crate::exec::{Group, Stage, StepCtx, StepFn};
+    pub use crate::exec::{Deadline, Group, Stage, StepCtx, StepFn};
     pub use crate::method::{into_result, Method};
     pub use crate::{BoxError, Bucketable, Error};
     pub use std::marker::PhantomData;
     pub use std::result::Result;
+    pub use std::time::Duration;
     pub use std::vec::Vec;
 
     /// Checks that groups whose values are zipped into one output have the same size.

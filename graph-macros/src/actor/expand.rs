@@ -27,7 +27,9 @@ pub(crate) fn expand(actor: &Actor) -> TokenStream {
             let ty = &p.ty;
             quote!(&#lt #ty)
         });
-        let bindings: Vec<Ident> = (0..m.params.len()).map(|i| format_ident!("__a{}", i)).collect();
+        let bindings: Vec<Ident> = (0..m.params.len())
+            .map(|i| format_ident!("__a{}", i))
+            .collect();
         let pass = m.params.iter().zip(&bindings).map(|(p, b)| {
             if p.by_value {
                 let ty = &p.ty;

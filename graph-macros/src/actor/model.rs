@@ -99,7 +99,9 @@ impl Method {
         }
         let mut params = Vec::new();
         for input in f.sig.inputs.iter().skip(1) {
-            let syn::FnArg::Typed(pt) = input else { continue };
+            let syn::FnArg::Typed(pt) = input else {
+                continue;
+            };
             match &*pt.ty {
                 syn::Type::Reference(r) if r.mutability.is_some() => diag.error_at(
                     r,

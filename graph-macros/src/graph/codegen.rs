@@ -28,7 +28,9 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let rt = rt();
     let def = g.def;
     let (attrs, vis, name) = (&def.attrs, &def.vis, &def.name);
-    let groups: Vec<GroupPlan> = (0..g.groups.len()).map(|gi| GroupPlan::new(g, gi)).collect();
+    let groups: Vec<GroupPlan> = (0..g.groups.len())
+        .map(|gi| GroupPlan::new(g, gi))
+        .collect();
 
     let fields = groups.iter().map(|p| {
         let field = group_field(&g.groups[p.index].name);
@@ -66,10 +68,14 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let field_names: Vec<Ident> = g.groups.iter().map(|d| group_field(&d.name)).collect();
 
     // execute
-    let input_params = g.inputs.iter().map(|i| {
-        let (n, t) = (&i.name, &i.ty);
-        quote!(#n: #t)
-    });
+    let input_params: Vec<TokenStream> = g
+        .inputs
+        .iter()
+        .map(|i| {
+            let (n, t) = (&i.name, &i.ty);
+            quote!(#n: #t)
+        })
+        .collect();
     let mut remaining_uses: Vec<usize> = (0..g.inputs.len())
         .map(|i| groups.iter().filter(|p| p.inputs.contains(&i)).count())
         .collect();
@@ -89,27 +95,59 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             quote!(self.#field.submit((#(#vals,)*));)
         })
         .collect();
-    let unused_inputs = g.inputs.iter().enumerate().filter(|(i, _)| !groups.iter().any(|p| p.inputs.contains(i))).map(|(_, inp)| &inp.name);
-    let results: Vec<Ident> = g.groups.iter().map(|d| format_ident!("__result_{}", d.name)).collect();
+    let unused_inputs = g
+        .inputs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !groups.iter().any(|p| p.inputs.contains(i)))
+        .map(|(_, inp)| &inp.name);
+    let results: Vec<Ident> = g
+        .groups
+        .iter()
+        .map(|d| format_ident!("__result_{}", d.name))
+        .collect();
     let collects = groups.iter().zip(&results).map(|(p, r)| {
         let field = group_field(&g.groups[p.index].name);
-        quote!(let #r = self.#field.collect();)
+        quote!(let #r = self.#field.collect(__deadline);)
     });
     let assemble = assemble(g, &groups, &results);
     let out_ty = output_type(g);
 
     // teardown
-    let actor_vecs: Vec<TokenStream> = g.groups.iter().map(|d| {
-        let a = &d.actor;
-        quote!(#rt::Vec<#a>)
-    }).collect();
-    let torn: Vec<Ident> = g.groups.iter().map(|d| format_ident!("__torn_{}", d.name)).collect();
-    let (teardown_ty, teardown_val) = if g.groups.len() == 1 {
-        let (t, v) = (&actor_vecs[0], &torn[0]);
-        (quote!(#t), quote!(#v?))
+    let actor_vecs: Vec<TokenStream> = g
+        .groups
+        .iter()
+        .map(|d| {
+            let a = &d.actor;
+            quote!(#rt::Vec<#a>)
+        })
+        .collect();
+    let torn: Vec<Ident> = g
+        .groups
+        .iter()
+        .map(|d| format_ident!("__torn_{}", d.name))
+        .collect();
+    let each_vecs: Vec<TokenStream> = g
+        .groups
+        .iter()
+        .map(|d| {
+            let a = &d.actor;
+            quote!(#rt::Vec<#rt::Result<#a, #rt::Error>>)
+        })
+        .collect();
+    let (teardown_ty, teardown_val, each_ty, each_val) = if g.groups.len() == 1 {
+        let (t, v, e) = (&actor_vecs[0], &torn[0], &each_vecs[0]);
+        (quote!(#t), quote!(#v?), quote!(#e), quote!(#v))
     } else {
-        (quote!((#(#actor_vecs),*)), quote!((#(#torn?),*)))
+        (
+            quote!((#(#actor_vecs),*)),
+            quote!((#(#torn?),*)),
+            quote!((#(#each_vecs),*)),
+            quote!((#(#torn),*)),
+        )
     };
+    let ready = field_names_for_ready(g);
+    let input_names: Vec<&Ident> = g.inputs.iter().map(|i| &i.name).collect();
 
     let steps = groups.iter().map(|p| step_fn(g, p));
     let group_names = g.groups.iter().map(|d| d.name.to_string());
@@ -141,25 +179,60 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// Runs the graph once on every actor and returns the output, indexed by rank.
             ///
             /// If a method fails or panics on any rank, every rank skips the rest of its
-            /// collectives and this returns the error; the graph stays usable.
+            /// collectives and this returns the error; the graph stays usable (an actor that
+            /// panicked stays poisoned).
             #[allow(clippy::too_many_arguments)]
             pub fn execute(&mut self, #(#input_params),*) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
+                self.__execute(#(#input_names,)* ::core::option::Option::None)
+            }
+
+            /// Like `execute`, but returns `Error::Timeout` naming the ranks still running
+            /// when `timeout` passes. The graph is then broken: later calls return
+            /// `Error::Broken`, and only teardown is left.
+            #[allow(clippy::too_many_arguments)]
+            pub fn execute_timeout(&mut self, #(#input_params,)* timeout: #rt::Duration) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
+                self.__execute(#(#input_names,)* ::core::option::Option::Some(#rt::Deadline::after(timeout)))
+            }
+
+            #[allow(clippy::too_many_arguments)]
+            fn __execute(&mut self, #(#input_params,)* __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
                 let _ = (#(#unused_inputs,)*);
+                #(#ready)*
                 #(#submits)*
                 #(#collects)*
                 #assemble
             }
 
-            /// Stops the actor threads and hands the actors back, by rank, with their state.
+            /// Stops the actor threads and hands the actors back, by rank, with their state;
+            /// an error if any actor is not intact (poisoned, lost, or stuck in a method).
             pub fn teardown(self) -> #rt::Result<#teardown_ty, #rt::Error> {
                 let Self { #(#field_names),* } = self;
                 #(let #torn = #field_names.teardown();)*
                 #rt::Result::Ok(#teardown_val)
             }
 
+            /// Stops the actor threads and hands back, by rank, every actor that is intact
+            /// and, for each other one, why not. Returns within a bounded time even if an
+            /// actor is stuck in a method (its thread is then detached).
+            pub fn teardown_each(self) -> #each_ty {
+                let Self { #(#field_names),* } = self;
+                #(let #torn = #field_names.teardown_each();)*
+                #each_val
+            }
+
             #(#steps)*
         }
     }
+}
+
+fn field_names_for_ready(g: &Graph) -> Vec<TokenStream> {
+    g.groups
+        .iter()
+        .map(|d| {
+            let f = group_field(&d.name);
+            quote!(self.#f.ready()?;)
+        })
+        .collect()
 }
 
 /// The type of one rank's output.
@@ -270,14 +343,16 @@ fn step_fn(g: &Graph, p: &GroupPlan) -> TokenStream {
     let mut reads: HashMap<ValueId, usize> = HashMap::new();
     for op in g.ops.iter().filter(|op| op.group == p.index) {
         match &op.kind {
-            OpKind::Tuple { parts } => parts.iter().for_each(|&v| *reads.entry(v).or_default() += 1),
+            OpKind::Tuple { parts } => parts
+                .iter()
+                .for_each(|&v| *reads.entry(v).or_default() += 1),
             OpKind::Fields { src } => *reads.entry(*src).or_default() += 1,
             _ => {}
         }
     }
-    let borrow = |v: ValueId| {
+    let borrow = |v: ValueId, at: Span| {
         let val = &g.values[v];
-        let id = &val.ident;
+        let id = at_user(&val.ident, at);
         match val.place {
             Place::Input => quote!(#id),
             Place::Group(_) => quote!(&#id),
@@ -300,21 +375,55 @@ fn step_fn(g: &Graph, p: &GroupPlan) -> TokenStream {
     for op in g.ops.iter().filter(|op| op.group == p.index) {
         let outs: Vec<&Ident> = op.outs.iter().map(|&o| &g.values[o].ident).collect();
         body.push(match &op.kind {
-            OpKind::Call { method, args, span } => {
-                let args = args.iter().map(|&a| borrow(a));
+            OpKind::Call {
+                method,
+                args,
+                arg_spans,
+                parens,
+            } => {
+                let args = args.iter().zip(arg_spans).map(|(&a, &s)| borrow(a, s));
                 let out = outs[0];
-                let args = quote_spanned!(*span=> (#(#args,)*));
+                // A wrong argument count or type points at the user's `method(..)`.
+                let args = quote_spanned!(*parens=> (#(#args,)*));
+                let ctx = Ident::new("__ctx", Span::call_site().located_at(method.span()));
+                let call = quote_spanned!(method.span()=> call::<#actor, #markers::#method>);
+                let call_args = quote_spanned!(*parens=> (__actor, #args));
                 quote! {
-                    let #out = __ctx.call::<#actor, #markers::#method>(__actor, #args)?;
+                    let #out = #ctx.#call #call_args?;
                 }
             }
-            OpKind::Collective { spec, op: reduce, args, stage, span: _, arg_spans } => {
+            OpKind::Collective {
+                spec,
+                op: reduce,
+                args,
+                stage,
+                span,
+                arg_spans,
+            } => {
                 let idx: Vec<syn::Index> = (0..args.len()).map(syn::Index::from).collect();
-                let vals: Vec<&Ident> = args.iter().map(|&a| &g.values[a].ident).collect();
-                let adds = vals.iter().zip(arg_spans).map(|(v, s)| quote_spanned!(*s=> __st.add(&#v)));
-                let packs = vals.iter().zip(arg_spans).zip(&idx).map(|((v, s), i)| quote_spanned!(*s=> __st.pack(&#v, __slots.#i);));
-                let outputs = vals.iter().zip(arg_spans).zip(&idx).map(|((v, s), i)| quote_spanned!(*s=> __st.output(&#v, __slots.#i)));
-                let collective = collective_expr(spec.name, reduce.as_ref().map(|o| (o.name, o.span)));
+                let vals: Vec<Ident> = args
+                    .iter()
+                    .zip(arg_spans)
+                    .map(|(&a, &s)| at_user(&g.values[a].ident, s))
+                    .collect();
+                let adds = vals
+                    .iter()
+                    .zip(arg_spans)
+                    .map(|(v, s)| quote_spanned!(*s=> __st.add(&#v)));
+                let packs = vals
+                    .iter()
+                    .zip(arg_spans)
+                    .zip(&idx)
+                    .map(|((v, s), i)| quote_spanned!(*s=> __st.pack(&#v, __slots.#i);));
+                let outputs = vals
+                    .iter()
+                    .zip(arg_spans)
+                    .zip(&idx)
+                    .map(|((v, s), i)| quote_spanned!(*s=> __st.output(&#v, __slots.#i)));
+                let collective = collective_expr(
+                    spec.name,
+                    reduce.as_ref().map_or(("Sum", *span), |o| (o.name, o.span)),
+                );
                 quote! {
                     let (#(#outs,)*) = {
                         let mut __st = __ctx.stage(#stage);
@@ -337,7 +446,11 @@ fn step_fn(g: &Graph, p: &GroupPlan) -> TokenStream {
             }
         });
     }
-    let parts: Vec<TokenStream> = p.out_parts.iter().map(|&k| take(g.output.parts[k], &mut reads)).collect();
+    let parts: Vec<TokenStream> = p
+        .out_parts
+        .iter()
+        .map(|&k| take(g.output.parts[k], &mut reads))
+        .collect();
     let result = if p.out_parts.is_empty() {
         quote!(())
     } else if g.output.tuple {
@@ -361,11 +474,20 @@ fn step_fn(g: &Graph, p: &GroupPlan) -> TokenStream {
     }
 }
 
-fn collective_expr(name: &str, op: Option<(&str, Span)>) -> TokenStream {
+/// `ident` located at the user's argument `at`, so that a type error on it points there
+/// and not at the value's definition; its hygiene stays that of `ident`.
+fn at_user(ident: &Ident, at: Span) -> Ident {
+    let mut ident = ident.clone();
+    ident.set_span(ident.span().located_at(at));
+    ident
+}
+
+/// The runtime's description of a collective; `op` is the reduce op as written, or the
+/// default at the collective's span.
+fn collective_expr(name: &str, (op, span): (&str, Span)) -> TokenStream {
     let rt = rt();
     match name {
         "allreduce" => {
-            let (op, span) = op.unwrap_or(("Sum", Span::call_site()));
             let op = Ident::new(op, span);
             quote!(#rt::Collective::AllReduce(#rt::ReduceOp::#op))
         }
@@ -388,13 +510,17 @@ pub(crate) fn fallback(def: &GraphDef) -> TokenStream {
         }
         _ => None,
     });
-    let inputs = def.params.iter().filter_map(|p| match &p.ty {
-        syn::Type::Slice(_) => None,
-        ty => {
-            let n = &p.name;
-            Some(quote!(#n: #ty))
-        }
-    });
+    let inputs: Vec<TokenStream> = def
+        .params
+        .iter()
+        .filter_map(|p| match &p.ty {
+            syn::Type::Slice(_) => None,
+            ty => {
+                let n = &p.name;
+                Some(quote!(#n: #ty))
+            }
+        })
+        .collect();
     quote! {
         #(#attrs)*
         #vis struct #name {
@@ -412,7 +538,15 @@ pub(crate) fn fallback(def: &GraphDef) -> TokenStream {
                 ::core::unreachable!()
             }
             /// Not available: the graph has errors.
+            pub fn execute_timeout<__O>(&mut self, #(#inputs,)* timeout: #rt::Duration) -> #rt::Result<#rt::Vec<__O>, #rt::Error> {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
             pub fn teardown<__T>(self) -> #rt::Result<__T, #rt::Error> {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn teardown_each<__T>(self) -> __T {
                 ::core::unreachable!()
             }
         }

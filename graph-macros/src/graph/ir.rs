@@ -64,7 +64,10 @@ pub(crate) enum OpKind {
     Call {
         method: Ident,
         args: Vec<ValueId>,
-        span: Span,
+        /// The user's expression for each argument, for error spans.
+        arg_spans: Vec<Span>,
+        /// The user's `(..)` around the arguments.
+        parens: Span,
     },
     Collective {
         spec: &'static CollectiveSpec,
@@ -96,6 +99,8 @@ enum Lowered {
 enum Binding {
     Group(usize),
     Value(ValueId),
+    /// A name whose definition has an error already reported: its uses stay silent.
+    Failed,
 }
 
 struct Lowerer<'d> {
@@ -121,7 +126,12 @@ pub(crate) fn lower<'a>(def: &'a GraphDef, diag: &mut Diag) -> Option<Graph<'a>>
     };
     l.params(def);
     let output = l.body(def);
-    if l.groups.is_empty() {
+    // A group whose type is wrong has its own error already.
+    if !def
+        .params
+        .iter()
+        .any(|p| matches!(p.ty, syn::Type::Slice(_)))
+    {
         l.diag.error(
             def.name.span(),
             "a graph needs at least one actor group parameter, e.g. `workers: [Worker]`",
@@ -141,10 +151,18 @@ pub(crate) fn lower<'a>(def: &'a GraphDef, diag: &mut Diag) -> Option<Graph<'a>>
 impl Lowerer<'_> {
     fn declare(&mut self, name: &Ident, binding: Binding) {
         let key = name.to_string();
-        if let Some((_, first)) = self.scope.get(&key) {
-            let mut e = syn::Error::new(name.span(), format!("`{name}` is already defined in this graph"));
-            e.combine(syn::Error::new(*first, format!("`{name}` is first defined here")));
+        if let Some(&(_, first)) = self.scope.get(&key) {
+            let mut e = syn::Error::new(
+                name.span(),
+                format!("`{name}` is already defined in this graph; a graph cannot shadow a name, give this one a new name"),
+            );
+            e.combine(syn::Error::new(
+                first,
+                format!("`{name}` is first defined here"),
+            ));
             self.diag.push(e);
+            // Later uses mean this definition: bind it, so that they report nothing more.
+            self.scope.insert(key, (binding, first));
             return;
         }
         self.scope.insert(key, (binding, name.span()));
@@ -172,6 +190,7 @@ impl Lowerer<'_> {
                             &s.elem,
                             "an actor group's type is a path to an `#[actor]` type without generic arguments, e.g. `[Worker]`",
                         );
+                        self.declare(&p.name, Binding::Failed);
                         continue;
                     };
                     let mut markers = actor.clone();
@@ -210,7 +229,9 @@ impl Lowerer<'_> {
                     self.expr(e);
                 }
                 syn::Stmt::Expr(e, None) if i + 1 == n => output = self.output(e),
-                syn::Stmt::Expr(e, None) => self.diag.error_at(e, "expected `;` after this statement"),
+                syn::Stmt::Expr(e, None) => {
+                    self.diag.error_at(e, "expected `;` after this statement")
+                }
                 other => self.diag.error_at(
                     other,
                     "a graph body holds `let` bindings, calls and a final output expression",
@@ -228,16 +249,23 @@ impl Lowerer<'_> {
 
     fn local(&mut self, local: &syn::Local) {
         let Some(init) = &local.init else {
-            self.diag.error_at(local, "a `let` in a graph needs a value: `let name = expr;`");
+            self.diag.error_at(
+                local,
+                "a `let` in a graph needs a value: `let name = expr;`",
+            );
             return;
         };
         if let Some((_, diverge)) = &init.diverge {
-            self.diag.error_at(diverge, "`let .. else` is not supported in a graph");
+            self.diag
+                .error_at(diverge, "`let .. else` is not supported in a graph");
         }
         let lowered = self.expr(&init.expr);
         match &local.pat {
-            syn::Pat::Ident(pi) if pi.by_ref.is_none() && pi.mutability.is_none() && pi.subpat.is_none() => {
+            syn::Pat::Ident(pi)
+                if pi.by_ref.is_none() && pi.mutability.is_none() && pi.subpat.is_none() =>
+            {
                 let Some(lowered) = lowered else {
+                    self.declare(&pi.ident, Binding::Failed);
                     return;
                 };
                 let v = match lowered {
@@ -251,7 +279,11 @@ impl Lowerer<'_> {
                 let mut names = Vec::new();
                 for el in &t.elems {
                     match el {
-                        syn::Pat::Ident(pi) if pi.by_ref.is_none() && pi.mutability.is_none() && pi.subpat.is_none() => {
+                        syn::Pat::Ident(pi)
+                            if pi.by_ref.is_none()
+                                && pi.mutability.is_none()
+                                && pi.subpat.is_none() =>
+                        {
                             names.push(Some(pi.ident.clone()))
                         }
                         syn::Pat::Wild(_) => names.push(None),
@@ -259,6 +291,7 @@ impl Lowerer<'_> {
                     }
                 }
                 let Some(lowered) = lowered else {
+                    self.fail_names(&names);
                     return;
                 };
                 let parts = match lowered {
@@ -272,11 +305,15 @@ impl Lowerer<'_> {
                                     parts.len()
                                 ),
                             );
+                            self.fail_names(&names);
                             return;
                         }
                         parts
                     }
-                    Lowered::One(src) => self.fields(src, names.len()),
+                    Lowered::One(src) => match self.fields(src, names.len()) {
+                        Some(parts) => parts,
+                        None => return self.fail_names(&names),
+                    },
                 };
                 for (name, part) in names.iter().zip(parts) {
                     if let Some(name) = name {
@@ -288,6 +325,13 @@ impl Lowerer<'_> {
                 other,
                 "a graph binds a name (`let x = ..`) or a tuple of names (`let (a, b) = ..`)",
             ),
+        }
+    }
+
+    /// Declares names whose value has an error already reported.
+    fn fail_names(&mut self, names: &[Option<Ident>]) {
+        for name in names.iter().flatten() {
+            self.declare(name, Binding::Failed);
         }
     }
 
@@ -314,17 +358,25 @@ impl Lowerer<'_> {
         out
     }
 
-    fn fields(&mut self, src: ValueId, n: usize) -> Vec<ValueId> {
+    fn fields(&mut self, src: ValueId, n: usize) -> Option<Vec<ValueId>> {
         let place = self.values[src].place;
         let Place::Group(group) = place else {
-            self.diag.error(self.values[src].ident.span(), "a graph input cannot be destructured");
-            return Vec::new();
+            self.diag.error(
+                self.values[src].ident.span(),
+                "a graph input cannot be destructured",
+            );
+            return None;
         };
         let src_ty = self.values[src].ty.clone();
-        let known: Option<Vec<TokenStream>> = self.producer.get(&src).and_then(|&op| match &self.ops.get(op)?.kind {
-            OpKind::Tuple { parts } => Some(parts.iter().map(|&p| self.values[p].ty.clone()).collect()),
-            _ => None,
-        });
+        let known: Option<Vec<TokenStream>> =
+            self.producer
+                .get(&src)
+                .and_then(|&op| match &self.ops.get(op)?.kind {
+                    OpKind::Tuple { parts } => {
+                        Some(parts.iter().map(|&p| self.values[p].ty.clone()).collect())
+                    }
+                    _ => None,
+                });
         let outs: Vec<ValueId> = (0..n)
             .map(|i| {
                 let ty = match &known {
@@ -339,7 +391,7 @@ impl Lowerer<'_> {
             kind: OpKind::Fields { src },
             outs: outs.clone(),
         });
-        outs
+        Some(outs)
     }
 
     fn group_of(&self, v: ValueId) -> Option<usize> {
@@ -361,7 +413,9 @@ impl Lowerer<'_> {
                 let name = &self.values[p].ident;
                 self.diag.error(
                     name.span(),
-                    format!("`{name}` is a graph input; a graph's output is made of per-actor values"),
+                    format!(
+                        "`{name}` is a graph input; a graph's output is made of per-actor values"
+                    ),
                 );
                 ok = false;
             }
@@ -406,11 +460,13 @@ impl Lowerer<'_> {
 
     fn name(&mut self, p: &syn::ExprPath) -> Option<ValueId> {
         let Some(ident) = p.path.get_ident().filter(|_| p.qself.is_none()) else {
-            self.diag.error_at(p, "expected a name defined in this graph");
+            self.diag
+                .error_at(p, "expected a name defined in this graph");
             return None;
         };
         match self.scope.get(&ident.to_string()) {
             Some((Binding::Value(v), _)) => Some(*v),
+            Some((Binding::Failed, _)) => None,
             Some((Binding::Group(g), _)) => {
                 let g = &self.groups[*g].name;
                 self.diag.error(
@@ -420,7 +476,8 @@ impl Lowerer<'_> {
                 None
             }
             None => {
-                self.diag.error(ident.span(), format!("cannot find `{ident}` in this graph"));
+                self.diag
+                    .error(ident.span(), format!("cannot find `{ident}` in this graph"));
                 None
             }
         }
@@ -428,11 +485,17 @@ impl Lowerer<'_> {
 
     fn call(&mut self, m: &syn::ExprMethodCall) -> Option<ValueId> {
         if let Some(t) = &m.turbofish {
-            self.diag.error_at(t, "graph method calls take no generic arguments");
+            self.diag
+                .error_at(t, "graph method calls take no generic arguments");
         }
         let group = match &*m.receiver {
-            syn::Expr::Path(p) => match p.path.get_ident().and_then(|i| self.scope.get(&i.to_string()).map(|b| (i, b.0))) {
+            syn::Expr::Path(p) => match p
+                .path
+                .get_ident()
+                .and_then(|i| self.scope.get(&i.to_string()).map(|b| (i, b.0)))
+            {
                 Some((_, Binding::Group(g))) => Some(g),
+                Some((_, Binding::Failed)) => None,
                 Some((i, Binding::Value(_))) => {
                     self.diag.error(
                         i.span(),
@@ -446,7 +509,10 @@ impl Lowerer<'_> {
                 }
             },
             other => {
-                self.diag.error_at(other, "methods are called on an actor group: `group.method(..)`");
+                self.diag.error_at(
+                    other,
+                    "methods are called on an actor group: `group.method(..)`",
+                );
                 None
             }
         };
@@ -462,7 +528,10 @@ impl Lowerer<'_> {
                         expr,
                         format!(
                             "this value lives on actor group `{}`, but `{}.{}` runs on group `{}`",
-                            self.groups[g].name, self.groups[group].name, m.method, self.groups[group].name
+                            self.groups[g].name,
+                            self.groups[group].name,
+                            m.method,
+                            self.groups[group].name
                         ),
                     );
                     ok = false;
@@ -483,7 +552,8 @@ impl Lowerer<'_> {
             kind: OpKind::Call {
                 method: m.method.clone(),
                 args: arg_ids,
-                span: m.span(),
+                arg_spans: m.args.iter().map(|a| a.span()).collect(),
+                parens: m.paren_token.span.join(),
             },
             outs: vec![out],
         });
@@ -492,15 +562,23 @@ impl Lowerer<'_> {
 
     fn collective(&mut self, c: &syn::ExprCall) -> Option<Lowered> {
         let syn::Expr::Path(func) = &*c.func else {
-            self.diag.error_at(&c.func, format!("expected a collective: {}", ops::names()));
+            self.diag
+                .error_at(&c.func, format!("expected a collective: {}", ops::names()));
             return None;
         };
         let Some(fname) = func.path.get_ident() else {
-            self.diag.error_at(func, format!("expected a collective: {}", ops::names()));
+            self.diag
+                .error_at(func, format!("expected a collective: {}", ops::names()));
             return None;
         };
         let Some(spec) = ops::find(&fname.to_string()) else {
-            self.diag.error(fname.span(), format!("unknown collective `{fname}`; expected one of {}", ops::names()));
+            self.diag.error(
+                fname.span(),
+                format!(
+                    "unknown collective `{fname}`; expected one of {}",
+                    ops::names()
+                ),
+            );
             return None;
         };
         let mut args = c.args.iter();
@@ -514,12 +592,16 @@ impl Lowerer<'_> {
             None
         };
         for extra in args {
-            self.diag.error_at(extra, format!("unexpected argument to `{fname}`"));
+            self.diag
+                .error_at(extra, format!("unexpected argument to `{fname}`"));
         }
         let (exprs, nested): (Vec<&syn::Expr>, bool) = match first {
             syn::Expr::Array(a) => {
                 if a.elems.is_empty() {
-                    self.diag.error_at(a, format!("`{fname}([])` has nothing to reduce; give it at least one value"));
+                    self.diag.error_at(
+                        a,
+                        format!("`{fname}([])` has nothing to reduce; give it at least one value"),
+                    );
                     return None;
                 }
                 (a.elems.iter().collect(), true)
@@ -531,7 +613,8 @@ impl Lowerer<'_> {
         let mut ok = true;
         for e in &exprs {
             if let syn::Expr::Array(inner) = e {
-                self.diag.error_at(inner, "lists in a collective do not nest: `[a, b, c]`");
+                self.diag
+                    .error_at(inner, "lists in a collective do not nest: `[a, b, c]`");
                 ok = false;
                 continue;
             }
@@ -613,13 +696,26 @@ impl Lowerer<'_> {
             syn::Expr::Path(p) if p.qself.is_none() => p.path.segments.last().map(|s| &s.ident),
             _ => None,
         };
-        let found = ident.and_then(|i| REDUCE_OPS.iter().find(|&&op| i == op).map(|&op| (op, i.span())));
+        let found = ident.and_then(|i| {
+            REDUCE_OPS
+                .iter()
+                .find(|&&op| i == op)
+                .map(|&op| (op, i.span()))
+        });
         match found {
             Some((name, span)) => Some(OpName { name, span }),
             None => {
                 self.diag.error_at(
                     e,
-                    format!("unknown reduce op; expected one of {}", REDUCE_OPS.join(", ")),
+                    format!(
+                        "unknown reduce op `{}`; expected one of {}",
+                        show(e),
+                        REDUCE_OPS
+                            .iter()
+                            .map(|op| format!("`{op}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
                 );
                 None
             }
@@ -629,7 +725,9 @@ impl Lowerer<'_> {
 
 fn actor_path(ty: &syn::Type) -> Option<syn::Path> {
     match ty {
-        syn::Type::Path(p) if p.qself.is_none() && p.path.segments.last()?.arguments.is_none() => Some(p.path.clone()),
+        syn::Type::Path(p) if p.qself.is_none() && p.path.segments.last()?.arguments.is_none() => {
+            Some(p.path.clone())
+        }
         _ => None,
     }
 }
@@ -637,5 +735,9 @@ fn actor_path(ty: &syn::Type) -> Option<syn::Path> {
 /// A compact rendering of a user's expression for stage names.
 fn show(e: &syn::Expr) -> String {
     let s = quote!(#e).to_string();
-    s.replace(" . ", ".").replace(" (", "(").replace("( ", "(").replace(" )", ")").replace(" ,", ",")
+    s.replace(" . ", ".")
+        .replace(" (", "(")
+        .replace("( ", "(")
+        .replace(" )", ")")
+        .replace(" ,", ",")
 }

@@ -22,7 +22,11 @@ pub(crate) fn find(name: &str) -> Option<&'static CollectiveSpec> {
 }
 
 pub(crate) fn names() -> String {
-    COLLECTIVES.iter().map(|c| format!("`{}`", c.name)).collect::<Vec<_>>().join(", ")
+    COLLECTIVES
+        .iter()
+        .map(|c| format!("`{}`", c.name))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A reduce op as written by the user (`Avg` or `ReduceOp::Avg`).

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use super::reduce::{combine, finish, BLOCK};
 use super::{
-    agree, Backend, Collective, Communicator, Header, RegionMut, SlotDesc, StageError, Status,
+    agree, AbortHandle, Backend, Collective, Communicator, Header, RegionMut, SlotDesc, StageError,
+    Status,
 };
 use crate::element::with_dtype;
 use crate::sync::prims::AtomicUsize;
@@ -163,7 +164,7 @@ impl Communicator for CpuComm {
             mine.regions[d].store(region.as_mut_ptr() as usize, Relaxed);
             mine.lens[d].store(region.len(), Relaxed);
         }
-        self.shared.barrier.wait();
+        self.wait()?;
 
         // SAFETY: every rank posted for this round before the barrier we just passed, and
         // keeps its post and slots until it passes its next barrier.
@@ -179,7 +180,7 @@ impl Communicator for CpuComm {
                 with_dtype!(d, E => unsafe { self.reduce_scatter::<E>(d, op) });
             }
         }
-        self.shared.barrier.wait();
+        self.wait()?;
         for d in DType::ALL {
             if self.post(self.rank).lens[d.index()].load(Relaxed) > 0 {
                 // SAFETY: chunk q of every buffer is final after the barrier and nobody
@@ -187,12 +188,20 @@ impl Communicator for CpuComm {
                 with_dtype!(d, E => unsafe { self.all_gather::<E>(d) });
             }
         }
-        self.shared.barrier.wait();
-        Ok(())
+        self.wait()
+    }
+
+    fn abort_handle(&self) -> AbortHandle {
+        let shared = Arc::clone(&self.shared);
+        AbortHandle::new(move || shared.barrier.abort())
     }
 }
 
 impl CpuComm {
+    fn wait(&self) -> Result<(), StageError> {
+        self.shared.barrier.wait().map_err(|_| StageError::Aborted)
+    }
+
     /// The slot agreement implies equal regions; this guards the communicator itself
     /// against a caller whose regions do not match its slots.
     fn check_regions(&self) -> Result<(), super::Disagreement> {

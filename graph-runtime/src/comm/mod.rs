@@ -6,6 +6,8 @@ pub(crate) mod reduce;
 pub use cpu::{Cpu, CpuComm};
 pub use reduce::reduce_reference;
 
+use std::sync::Arc;
+
 use crate::{DType, Error};
 
 /// How a reducing collective combines the values of the ranks.
@@ -92,8 +94,54 @@ pub enum StageError {
     /// The header agreement found a failed rank or different layouts; every rank skipped
     /// the payload and the communicator is ready for the next stage.
     Disagreed(Disagreement),
+    /// The communicator was aborted through its [`AbortHandle`]; it stays unusable.
+    Aborted,
     /// The communicator itself failed.
     Comm(Error),
+}
+
+/// Aborts a group's communicator from outside: every blocked and every later
+/// [`Communicator::stage`] call returns [`StageError::Aborted`].
+///
+/// The runtime uses it when an execution times out or an actor thread dies, so that the
+/// other ranks stop waiting for a peer that will not come.
+///
+/// ```
+/// use actorgraph::comm::AbortHandle;
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::Arc;
+/// let flag = Arc::new(AtomicBool::new(false));
+/// let f = flag.clone();
+/// let handle = AbortHandle::new(move || f.store(true, Ordering::SeqCst));
+/// handle.abort();
+/// assert!(flag.load(Ordering::SeqCst));
+/// ```
+#[derive(Clone)]
+pub struct AbortHandle(Option<Arc<dyn Fn() + Send + Sync>>);
+
+impl AbortHandle {
+    /// A handle that runs `abort` when used.
+    pub fn new(abort: impl Fn() + Send + Sync + 'static) -> Self {
+        Self(Some(Arc::new(abort)))
+    }
+
+    /// A handle that does nothing, for communicators that cannot block.
+    pub fn noop() -> Self {
+        Self(None)
+    }
+
+    /// Aborts the communicator.
+    pub fn abort(&self) {
+        if let Some(f) = &self.0 {
+            f();
+        }
+    }
+}
+
+impl std::fmt::Debug for AbortHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AbortHandle")
+    }
 }
 
 /// Decides, identically on every rank, whether a stage's payload may run.
@@ -190,6 +238,12 @@ pub trait Communicator: Send + 'static {
         collective: Collective,
         regions: &mut [RegionMut<'_>],
     ) -> Result<(), StageError>;
+
+    /// A handle that aborts this communicator's whole group (see [`AbortHandle`]). The
+    /// default cannot abort anything: override it if `stage` can block on a peer.
+    fn abort_handle(&self) -> AbortHandle {
+        AbortHandle::noop()
+    }
 }
 
 /// A source of communicators: one endpoint per actor of a group.

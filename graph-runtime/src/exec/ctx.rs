@@ -2,9 +2,13 @@
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use crate::bucket::{Bucketable, FusedStage, SlotIdx};
 use crate::comm::{Collective, Communicator};
+use crate::exec::Flag;
 use crate::method::Method;
 use crate::Error;
 
@@ -17,10 +21,17 @@ pub struct StepCtx<C> {
     stages: Box<[FusedStage]>,
     round: u64,
     poisoned: Option<String>,
+    /// Set while this rank is inside a collective (see `Group::collect`'s timeout).
+    in_collective: Arc<[Flag]>,
 }
 
 impl<C: Communicator> StepCtx<C> {
-    pub(crate) fn new(group: &'static str, comm: C, stage_names: &[&'static str]) -> Self {
+    pub(crate) fn new(
+        group: &'static str,
+        comm: C,
+        stage_names: &[&'static str],
+        in_collective: Arc<[Flag]>,
+    ) -> Self {
         Self {
             group,
             rank: comm.rank(),
@@ -28,7 +39,13 @@ impl<C: Communicator> StepCtx<C> {
             stages: stage_names.iter().map(|&n| FusedStage::new(n)).collect(),
             round: 0,
             poisoned: None,
+            in_collective,
         }
+    }
+
+    /// The message of the panic that poisoned this actor, if one did.
+    pub(crate) fn poisoned(&self) -> Option<&str> {
+        self.poisoned.as_deref()
     }
 
     /// This actor's rank in its group.
@@ -65,6 +82,7 @@ impl<C: Communicator> StepCtx<C> {
             comm: &mut self.comm,
             group: self.group,
             round: self.round,
+            in_collective: &self.in_collective[self.rank].0,
         }
     }
 
@@ -107,10 +125,13 @@ impl<C: Communicator> StepCtx<C> {
 
     /// Joins, as a failed rank, every stage this execution has not reached.
     fn drain(&mut self) {
+        let flag = &self.in_collective[self.rank].0;
         for st in self.stages.iter_mut() {
             if st.last_round != self.round {
                 st.last_round = self.round;
+                flag.store(true, Relaxed);
                 st.skip(&mut self.comm);
+                flag.store(false, Relaxed);
             }
         }
     }
@@ -146,6 +167,7 @@ pub struct Stage<'a, C> {
     comm: &'a mut C,
     group: &'static str,
     round: u64,
+    in_collective: &'a AtomicBool,
 }
 
 #[allow(private_bounds)]
@@ -178,7 +200,10 @@ impl<C: Communicator> Stage<'_, C> {
     #[inline]
     pub fn run(&mut self, collective: Collective) -> Result<(), Error> {
         self.st.last_round = self.round;
-        self.st.run(self.comm, collective, self.group)
+        self.in_collective.store(true, Relaxed);
+        let result = self.st.run(self.comm, collective, self.group);
+        self.in_collective.store(false, Relaxed);
+        result
     }
 
     /// This rank's result for a value: a view into the flat buffer.

@@ -8,8 +8,9 @@ pub use ctx::{Stage, StepCtx};
 use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use crate::comm::{Backend, Communicator};
+use crate::comm::{AbortHandle, Backend, Communicator};
 use crate::sync::prims::AtomicBool;
 use crate::sync::Epoch;
 use crate::Error;
@@ -17,27 +18,71 @@ use crate::Error;
 /// The generated per-actor step of a graph.
 pub type StepFn<A, C, I, O> = fn(&mut A, &mut StepCtx<C>, &I) -> Result<O, Error>;
 
+/// When an execution must be done by, and the timeout it came from (for the error).
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline {
+    /// The instant.
+    pub at: Instant,
+    /// The timeout the caller gave.
+    pub timeout: Duration,
+}
+
+impl Deadline {
+    /// `timeout` from now.
+    pub fn after(timeout: Duration) -> Self {
+        Self {
+            at: Instant::now() + timeout,
+            timeout,
+        }
+    }
+}
+
+/// How long teardown (and drop) waits for actor threads to stop before it gives up on
+/// the ones still running and detaches them.
+pub const TEARDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// The driver's handle on one actor group: its threads, and a slot per actor through which
 /// inputs go in and outputs come back.
 ///
-/// Dropping it stops and joins the threads.
+/// Dropping it stops the threads and joins them, waiting at most [`TEARDOWN_GRACE`].
 pub struct Group<A, I, O> {
     name: &'static str,
     shared: Arc<Shared<I, O>>,
-    threads: Vec<JoinHandle<A>>,
+    threads: Vec<Option<JoinHandle<Returned<A>>>>,
     /// Per actor, the `done` value last seen by the driver.
     done_seen: Vec<u64>,
+    abort: AbortHandle,
+    /// Why the group cannot run any more, if it cannot.
+    broken: Option<String>,
+}
+
+/// What an actor thread hands back when it stops.
+struct Returned<A> {
+    actor: A,
+    /// The message of the panic that poisoned it, if one did.
+    poisoned: Option<String>,
 }
 
 struct Shared<I, O> {
     slots: Box<[Slot<I, O>]>,
+    /// Per rank, whether it is inside a collective (waiting on peers) rather than in its
+    /// own code; shared with its `StepCtx` so a timeout can name the culprits.
+    in_collective: Arc<[Flag]>,
     shutdown: AtomicBool,
+    /// Advanced by each thread as it ends, however it ends.
+    exits: Epoch,
 }
+
+/// A flag on its own cache line.
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct Flag(pub(crate) std::sync::atomic::AtomicBool);
 
 #[repr(align(128))]
 struct Slot<I, O> {
     go: Epoch,
     done: Epoch,
+    exited: AtomicBool,
     input: Mutex<Option<I>>,
     output: Mutex<Option<Result<O, Error>>>,
 }
@@ -78,33 +123,41 @@ where
                 .map(|_| Slot {
                     go: Epoch::new(),
                     done: Epoch::new(),
+                    exited: AtomicBool::new(false),
                     input: Mutex::new(None),
                     output: Mutex::new(None),
                 })
                 .collect(),
+            in_collective: (0..actors.len()).map(|_| Flag::default()).collect(),
             shutdown: AtomicBool::new(false),
+            exits: Epoch::new(),
         });
         let mut group = Self {
             name,
             shared,
             threads: Vec::with_capacity(actors.len()),
             done_seen: vec![0; actors.len()],
+            abort: comms[0].abort_handle(),
+            broken: None,
         };
         for (rank, (actor, comm)) in actors.into_iter().zip(comms).enumerate() {
             let shared = Arc::clone(&group.shared);
             let spawned = std::thread::Builder::new()
                 .name(format!("actorgraph-{name}-{rank}"))
                 .spawn(move || {
-                    actor_loop(
-                        actor,
-                        StepCtx::new(name, comm, stage_names),
-                        step,
-                        &shared,
+                    let guard = ExitGuard {
+                        shared: &shared,
                         rank,
-                    )
+                        abort: comm.abort_handle(),
+                    };
+                    let flags = Arc::clone(&shared.in_collective);
+                    let ctx = StepCtx::new(name, comm, stage_names, flags);
+                    let returned = actor_loop(actor, ctx, step, &shared, rank);
+                    drop(guard);
+                    returned
                 });
             match spawned {
-                Ok(handle) => group.threads.push(handle),
+                Ok(handle) => group.threads.push(Some(handle)),
                 // Dropping `group` stops the threads spawned so far.
                 Err(e) => {
                     return Err(Error::ActorLost {
@@ -128,7 +181,18 @@ where
         self.done_seen.is_empty()
     }
 
-    /// Hands `input` to every actor and starts their steps.
+    /// An error if the group cannot run (it timed out or lost a thread before).
+    pub fn ready(&self) -> Result<(), Error> {
+        match &self.broken {
+            Some(reason) => Err(Error::Broken {
+                group: self.name,
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Hands `input` to every actor and starts their steps. Call [`Group::ready`] first.
     pub fn submit(&mut self, input: I) {
         let n = self.len();
         let mut input = Some(input);
@@ -145,21 +209,37 @@ where
 
     /// Waits for every actor's step and returns the outputs by rank, or the first root-cause
     /// error (lowest rank) if any rank failed.
-    pub fn collect(&mut self) -> Result<Vec<O>, Error> {
+    ///
+    /// With a `deadline`, ranks still running when it passes make this return
+    /// [`Error::Timeout`]; the group is then broken: its communicator is aborted so that
+    /// no rank waits for the late ones, and only teardown is left.
+    pub fn collect(&mut self, deadline: Option<Deadline>) -> Result<Vec<O>, Error> {
         let mut outputs = Vec::with_capacity(self.len());
         let mut first_error: Option<Error> = None;
-        for (rank, slot) in self.shared.slots.iter().enumerate() {
-            self.done_seen[rank] = slot.done.wait_past(self.done_seen[rank]);
+        for rank in 0..self.len() {
+            let slot = &self.shared.slots[rank];
+            match slot
+                .done
+                .wait_past(self.done_seen[rank], deadline.map(|d| d.at))
+            {
+                Ok(seen) => self.done_seen[rank] = seen,
+                Err(_) => {
+                    return Err(self.time_out(rank, deadline.map_or(Duration::ZERO, |d| d.timeout)))
+                }
+            }
             let result = lock(&slot.output).take().unwrap_or_else(|| {
                 Err(Error::ActorLost {
                     group: self.name,
                     rank,
-                    reason: "it finished without an output".into(),
+                    reason: "its thread ended during the execution".into(),
                 })
             });
             match result {
                 Ok(out) => outputs.push(out),
                 Err(e) => {
+                    if matches!(e, Error::ActorLost { .. }) {
+                        self.break_with(e.to_string());
+                    }
                     let better = match &first_error {
                         None => true,
                         Some(prev) => !prev.is_root_cause() && e.is_root_cause(),
@@ -176,48 +256,129 @@ where
         }
     }
 
-    /// Stops the threads and hands the actors back, by rank.
-    pub fn teardown(mut self) -> Result<Vec<A>, Error> {
-        self.stop();
-        let mut actors = Vec::with_capacity(self.threads.len());
-        let mut lost = None;
-        for (rank, handle) in std::mem::take(&mut self.threads).into_iter().enumerate() {
-            match handle.join() {
-                Ok(actor) => actors.push(actor),
-                Err(_) => {
-                    lost.get_or_insert(Error::ActorLost {
-                        group: self.name,
+    fn time_out(&mut self, first_late: usize, timeout: Duration) -> Error {
+        let late = (first_late..self.len())
+            .filter(|&r| self.shared.slots[r].done.current() == self.done_seen[r]);
+        let (mut waiting, mut ranks): (Vec<usize>, Vec<usize>) =
+            late.partition(|&r| self.shared.in_collective[r].0.load(Acquire));
+        if ranks.is_empty() {
+            // Everyone late is inside a collective: the communicator itself is stuck.
+            std::mem::swap(&mut ranks, &mut waiting);
+        }
+        self.break_with(format!(
+            "an execution timed out after {timeout:?} with ranks {ranks:?} still running"
+        ));
+        Error::Timeout {
+            group: self.name,
+            ranks,
+            waiting,
+            timeout,
+        }
+    }
+
+    fn break_with(&mut self, reason: String) {
+        if self.broken.is_none() {
+            self.broken = Some(reason);
+        }
+        self.abort.abort();
+    }
+
+    /// Stops the threads and hands every actor back, by rank; an error if any actor is not
+    /// intact (poisoned by a panic, lost, or still stuck after [`TEARDOWN_GRACE`]).
+    pub fn teardown(self) -> Result<Vec<A>, Error> {
+        self.teardown_each().into_iter().collect()
+    }
+
+    /// Stops the threads and hands back, by rank, each actor that is intact, and for each
+    /// other one the reason it is not. Returns within about [`TEARDOWN_GRACE`].
+    pub fn teardown_each(mut self) -> Vec<Result<A, Error>> {
+        self.stop_and_wait(TEARDOWN_GRACE);
+        let name = self.name;
+        let shared = Arc::clone(&self.shared);
+        self.threads
+            .iter_mut()
+            .enumerate()
+            .map(|(rank, handle)| {
+                let handle = handle.take();
+                if !shared.slots[rank].exited.load(Acquire) {
+                    // Still inside a method: detach it, it ends on its own if it ever returns.
+                    return Err(Error::ActorLost {
+                        group: name,
                         rank,
-                        reason: "its thread panicked outside a method".into(),
+                        reason: format!("it did not stop within {TEARDOWN_GRACE:?} (stuck in a method?); its thread was detached"),
                     });
                 }
-            }
-        }
-        match lost {
-            Some(e) => Err(e),
-            None => Ok(actors),
-        }
+                match handle.map(JoinHandle::join) {
+                    Some(Ok(Returned { actor, poisoned: None })) => Ok(actor),
+                    Some(Ok(Returned { poisoned: Some(message), .. })) => Err(Error::Poisoned { group: name, rank, message }),
+                    Some(Err(_)) | None => Err(Error::ActorLost {
+                        group: name,
+                        rank,
+                        reason: "its thread panicked outside a method".into(),
+                    }),
+                }
+            })
+            .collect()
     }
 }
 
 impl<A, I, O> Group<A, I, O> {
-    fn stop(&self) {
+    /// Asks every thread to stop, unblocks the ones waiting in a collective, and waits up to
+    /// `grace` for all of them to end.
+    fn stop_and_wait(&self, grace: Duration) {
         self.shared.shutdown.store(true, Release);
         for slot in self.shared.slots.iter() {
             slot.go.advance();
+        }
+        let deadline = Instant::now() + grace;
+        loop {
+            let seen = self.shared.exits.current();
+            if self.shared.slots.iter().all(|s| s.exited.load(Acquire)) {
+                return;
+            }
+            // A thread still busy in a step may be blocked on a peer: release it.
+            self.abort.abort();
+            if self.shared.exits.wait_past(seen, Some(deadline)).is_err() {
+                return;
+            }
         }
     }
 }
 
 impl<A, I, O> Drop for Group<A, I, O> {
     fn drop(&mut self) {
-        if self.threads.is_empty() {
+        if self.threads.iter().all(Option::is_none) {
             return;
         }
-        self.stop();
-        for handle in self.threads.drain(..) {
-            let _ = handle.join();
+        self.stop_and_wait(TEARDOWN_GRACE);
+        for (rank, handle) in self.threads.iter_mut().enumerate() {
+            if let Some(handle) = handle.take() {
+                if self.shared.slots[rank].exited.load(Acquire) {
+                    let _ = handle.join();
+                }
+            }
         }
+    }
+}
+
+/// Marks an actor thread as ended however it ends; if it ends by unwinding, aborts the
+/// communicator so that no peer waits for it, and wakes the driver.
+struct ExitGuard<'a, I, O> {
+    shared: &'a Shared<I, O>,
+    rank: usize,
+    abort: AbortHandle,
+}
+
+impl<I, O> Drop for ExitGuard<'_, I, O> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.abort.abort();
+        }
+        let slot = &self.shared.slots[self.rank];
+        slot.exited.store(true, Release);
+        // A driver waiting for this rank's output finds none and reports the rank lost.
+        slot.done.advance();
+        self.shared.exits.advance();
     }
 }
 
@@ -227,13 +388,19 @@ fn actor_loop<A, C: Communicator, I, O>(
     step: StepFn<A, C, I, O>,
     shared: &Shared<I, O>,
     rank: usize,
-) -> A {
+) -> Returned<A> {
     let slot = &shared.slots[rank];
     let mut seen = 0;
     loop {
-        seen = slot.go.wait_past(seen);
+        // `go` is never aborted, so the wait ends only when it advances.
+        if let Ok(now) = slot.go.wait_past(seen, None) {
+            seen = now;
+        }
         if shared.shutdown.load(Acquire) {
-            return actor;
+            return Returned {
+                actor,
+                poisoned: ctx.poisoned().map(str::to_owned),
+            };
         }
         let input = lock(&slot.input).take();
         let result = match input {

@@ -1,8 +1,9 @@
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
+use std::time::Instant;
 
 use super::prims::{spin_loop, yield_now, AtomicU64, AtomicUsize, Condvar, Mutex};
 
-/// Spins before yielding; about 2-4 µs on the machines this was tuned on.
+/// Spins before yielding; a few µs on the machines this was tuned on.
 #[cfg(not(loom))]
 const SPINS: u32 = 2_000;
 /// Yields before parking.
@@ -14,23 +15,38 @@ const SPINS: u32 = 0;
 #[cfg(loom)]
 const YIELDS: u32 = 0;
 
-/// A counter that one side advances and the other waits on.
+/// Why a wait ended without the value moving.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Interrupted {
+    /// The deadline passed.
+    TimedOut,
+    /// The epoch was aborted.
+    Aborted,
+}
+
+/// A counter that one side advances and the other waits on, spinning, then yielding,
+/// then parking.
 ///
-/// `advance` wakes parked waiters only when there are any, so the fast path is one atomic
-/// add. The `sleepers` count and `seq` form a Dekker pair (both `SeqCst`): either the
-/// advancer sees a sleeper and notifies under the lock, or the sleeper sees the new `seq`.
+/// One word holds the value (from bit 2 up), an "aborted" bit and a "sleepers" bit. A
+/// waiter about to park sets the sleepers bit with a read-modify-write under the lock and
+/// learns the current value from the same operation; `advance` is one `fetch_add`, and only
+/// when it finds the sleepers bit set does it take the lock, clear the bit and notify. Both
+/// are read-modify-writes of one location, so one of them always sees the other: no wake
+/// is lost, without relying on `SeqCst` store/load pairs.
 pub(crate) struct Epoch {
-    seq: AtomicU64,
-    sleepers: AtomicUsize,
+    state: AtomicU64,
     lock: Mutex<()>,
     cv: Condvar,
 }
 
+const SLEEPERS: u64 = 1;
+const ABORTED: u64 = 2;
+const ONE: u64 = 4;
+
 impl Epoch {
     pub(crate) fn new() -> Self {
         Self {
-            seq: AtomicU64::new(0),
-            sleepers: AtomicUsize::new(0),
+            state: AtomicU64::new(0),
             lock: Mutex::new(()),
             cv: Condvar::new(),
         }
@@ -38,57 +54,115 @@ impl Epoch {
 
     /// The current value; what a waiter passes to [`Epoch::wait_past`].
     pub(crate) fn current(&self) -> u64 {
-        self.seq.load(Acquire)
+        self.state.load(Acquire) / ONE
     }
 
     /// Moves to the next value and wakes every waiter (release: what was written before is
     /// visible to whoever sees the new value).
     pub(crate) fn advance(&self) {
-        self.seq.fetch_add(1, SeqCst);
-        if self.sleepers.load(SeqCst) > 0 {
-            // Taking the lock orders this wake after a sleeper's check-then-wait.
-            drop(self.lock.lock().unwrap_or_else(|e| e.into_inner()));
-            self.cv.notify_all();
+        let old = self.state.fetch_add(ONE, AcqRel);
+        if old & SLEEPERS != 0 {
+            self.wake_sleepers();
         }
     }
 
-    /// Waits until the value differs from `seen`; returns the new value.
-    pub(crate) fn wait_past(&self, seen: u64) -> u64 {
+    /// Makes every current and future wait return [`Interrupted::Aborted`].
+    pub(crate) fn abort(&self) {
+        let old = self.state.fetch_or(ABORTED, AcqRel);
+        if old & SLEEPERS != 0 {
+            self.wake_sleepers();
+        }
+    }
+
+    pub(crate) fn is_aborted(&self) -> bool {
+        self.state.load(Acquire) & ABORTED != 0
+    }
+
+    #[cold]
+    fn wake_sleepers(&self) {
+        let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        // Every sleeper re-sets the bit under the lock before it waits again.
+        self.state.fetch_and(!SLEEPERS, Relaxed);
+        self.cv.notify_all();
+    }
+
+    fn check(state: u64, seen: u64) -> Option<Result<u64, Interrupted>> {
+        if state / ONE != seen {
+            Some(Ok(state / ONE))
+        } else if state & ABORTED != 0 {
+            Some(Err(Interrupted::Aborted))
+        } else {
+            None
+        }
+    }
+
+    /// Waits until the value differs from `seen` and returns it; or until the epoch is
+    /// aborted or `deadline` passes.
+    pub(crate) fn wait_past(
+        &self,
+        seen: u64,
+        deadline: Option<Instant>,
+    ) -> Result<u64, Interrupted> {
         for _ in 0..SPINS {
-            let now = self.seq.load(Acquire);
-            if now != seen {
-                return now;
+            if let Some(r) = Self::check(self.state.load(Acquire), seen) {
+                return r;
             }
             spin_loop();
         }
         for _ in 0..YIELDS {
-            let now = self.seq.load(Acquire);
-            if now != seen {
-                return now;
+            if let Some(r) = Self::check(self.state.load(Acquire), seen) {
+                return r;
             }
             yield_now();
         }
-        self.park_past(seen)
+        self.park_past(seen, deadline)
     }
 
     #[cold]
-    fn park_past(&self, seen: u64) -> u64 {
-        self.sleepers.fetch_add(1, SeqCst);
+    fn park_past(&self, seen: u64, deadline: Option<Instant>) -> Result<u64, Interrupted> {
         let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let now = loop {
-            let now = self.seq.load(SeqCst);
-            if now != seen {
-                break now;
+        loop {
+            let state = self.state.fetch_or(SLEEPERS, AcqRel);
+            if let Some(r) = Self::check(state, seen) {
+                return r;
             }
-            guard = self.cv.wait(guard).unwrap_or_else(|e| e.into_inner());
-        };
-        drop(guard);
-        self.sleepers.fetch_sub(1, Relaxed);
-        now
+            guard = match deadline {
+                None => self.cv.wait(guard).unwrap_or_else(|e| e.into_inner()),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(Interrupted::TimedOut);
+                    }
+                    wait_timeout(&self.cv, guard, deadline - now)
+                }
+            };
+        }
     }
 }
 
-/// A reusable barrier for a fixed number of threads, spinning then parking.
+#[cfg(not(loom))]
+fn wait_timeout<'a>(
+    cv: &Condvar,
+    guard: std::sync::MutexGuard<'a, ()>,
+    dur: std::time::Duration,
+) -> std::sync::MutexGuard<'a, ()> {
+    cv.wait_timeout(guard, dur)
+        .map(|(g, _)| g)
+        .unwrap_or_else(|e| e.into_inner().0)
+}
+
+// Loom has no clock: a timed wait is a plain wait, and models use no deadlines.
+#[cfg(loom)]
+fn wait_timeout<'a>(
+    cv: &Condvar,
+    guard: loom::sync::MutexGuard<'a, ()>,
+    _dur: std::time::Duration,
+) -> loom::sync::MutexGuard<'a, ()> {
+    cv.wait(guard).unwrap_or_else(|e| e.into_inner())
+}
+
+/// A reusable barrier for a fixed number of threads, spinning then parking, that can be
+/// aborted: every current and future wait then fails.
 pub(crate) struct Barrier {
     parties: usize,
     arrived: AtomicUsize,
@@ -106,7 +180,10 @@ impl Barrier {
 
     /// Waits until all parties have called `wait`. Everything a party wrote before its call
     /// is visible to every party after theirs.
-    pub(crate) fn wait(&self) {
+    pub(crate) fn wait(&self) -> Result<(), Interrupted> {
+        if self.epoch.is_aborted() {
+            return Err(Interrupted::Aborted);
+        }
         // The epoch cannot move between this load and our arrival: it moves only once
         // every party, us included, has arrived.
         let seen = self.epoch.current();
@@ -114,9 +191,15 @@ impl Barrier {
             // Nobody touches `arrived` again before they see the new epoch.
             self.arrived.store(0, Relaxed);
             self.epoch.advance();
+            Ok(())
         } else {
-            self.epoch.wait_past(seen);
+            self.epoch.wait_past(seen, None).map(drop)
         }
+    }
+
+    /// Fails every current and future wait; the barrier cannot be used again.
+    pub(crate) fn abort(&self) {
+        self.epoch.abort();
     }
 }
 
@@ -125,6 +208,7 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize as StdAtomicUsize;
     use std::sync::Arc;
+    use std::time::Duration;
 
     #[test]
     fn barrier_separates_rounds() {
@@ -138,10 +222,10 @@ mod tests {
                 std::thread::spawn(move || {
                     for round in 0..ROUNDS {
                         counter.fetch_add(1, Relaxed);
-                        barrier.wait();
+                        barrier.wait().unwrap();
                         // Everyone has added for this round and nobody for the next one.
                         assert_eq!(counter.load(Relaxed), N * (round + 1));
-                        barrier.wait();
+                        barrier.wait().unwrap();
                     }
                 })
             })
@@ -156,9 +240,35 @@ mod tests {
         let epoch = Arc::new(Epoch::new());
         let seen = epoch.current();
         let e2 = epoch.clone();
-        let t = std::thread::spawn(move || e2.wait_past(seen));
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        let t = std::thread::spawn(move || e2.wait_past(seen, None));
+        std::thread::sleep(Duration::from_millis(50));
         epoch.advance();
-        assert_eq!(t.join().unwrap(), seen + 1);
+        assert_eq!(t.join().unwrap(), Ok(seen + 1));
+    }
+
+    #[test]
+    fn a_deadline_ends_the_wait() {
+        let epoch = Epoch::new();
+        let start = Instant::now();
+        let r = epoch.wait_past(0, Some(start + Duration::from_millis(30)));
+        assert_eq!(r, Err(Interrupted::TimedOut));
+        assert!(start.elapsed() >= Duration::from_millis(30));
+    }
+
+    #[test]
+    fn abort_releases_a_blocked_barrier() {
+        let barrier = Arc::new(Barrier::new(3));
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let b = barrier.clone();
+                std::thread::spawn(move || b.wait())
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        barrier.abort();
+        for w in waiters {
+            assert_eq!(w.join().unwrap(), Err(Interrupted::Aborted));
+        }
+        assert_eq!(barrier.wait(), Err(Interrupted::Aborted));
     }
 }

@@ -23,3 +23,6 @@ pub(crate) mod prims {
     pub(crate) use std::sync::{Condvar, Mutex};
     pub(crate) use std::thread::yield_now;
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests;

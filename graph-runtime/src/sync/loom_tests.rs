@@ -1,0 +1,143 @@
+//! Model checks of the synchronization, run by `.ci/run` with `RUSTFLAGS="--cfg loom"`:
+//! every interleaving of the driver <-> actor handoff, the barrier, its abort, and the
+//! header agreement of a CPU collective.
+
+use std::sync::Arc;
+
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::Ordering::Relaxed;
+use loom::thread;
+
+use super::{Barrier, Epoch};
+use crate::comm::{
+    Backend, Collective, Communicator, Disagreement, Header, SlotDesc, StageError, Status,
+};
+use crate::{Cpu, DType, Element, ReduceOp};
+
+#[test]
+fn loom_handoff_carries_data_both_ways() {
+    loom::model(|| {
+        let go = Arc::new(Epoch::new());
+        let done = Arc::new(Epoch::new());
+        let cell = Arc::new(UnsafeCell::new(0u32));
+        let actor = {
+            let (go, done, cell) = (go.clone(), done.clone(), cell.clone());
+            thread::spawn(move || {
+                go.wait_past(0, None).unwrap();
+                // SAFETY (model): the driver wrote before `go` and waits for `done`.
+                let v = cell.with(|p| unsafe { *p });
+                cell.with_mut(|p| unsafe { *p = v + 1 });
+                done.advance();
+            })
+        };
+        cell.with_mut(|p| unsafe { *p = 41 });
+        go.advance();
+        done.wait_past(0, None).unwrap();
+        assert_eq!(cell.with(|p| unsafe { *p }), 42);
+        actor.join().unwrap();
+    });
+}
+
+#[test]
+fn loom_barrier_orders_writes_before_reads() {
+    loom::model(|| {
+        let barrier = Arc::new(Barrier::new(2));
+        let data: Arc<[loom::sync::atomic::AtomicUsize; 2]> = Arc::new([
+            loom::sync::atomic::AtomicUsize::new(0),
+            loom::sync::atomic::AtomicUsize::new(0),
+        ]);
+        let threads: Vec<_> = (0..2)
+            .map(|me| {
+                let (barrier, data) = (barrier.clone(), data.clone());
+                thread::spawn(move || {
+                    data[me].store(me + 1, Relaxed);
+                    barrier.wait().unwrap();
+                    assert_eq!(data[1 - me].load(Relaxed), 2 - me);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    });
+}
+
+#[test]
+fn loom_barrier_abort_releases_a_waiter() {
+    loom::model(|| {
+        let barrier = Arc::new(Barrier::new(2));
+        let b = barrier.clone();
+        let waiter = thread::spawn(move || b.wait());
+        barrier.abort();
+        assert!(waiter.join().unwrap().is_err());
+    });
+}
+
+/// Two ranks run one stage; `lens[r]` is rank r's element count.
+fn stage_pair(lens: [usize; 2], fail: [bool; 2]) -> Vec<(Result<(), StageError>, Vec<f32>)> {
+    let comms = Cpu.communicators(2).unwrap();
+    let threads: Vec<_> = comms
+        .into_iter()
+        .enumerate()
+        .map(|(rank, mut comm)| {
+            thread::spawn(move || {
+                let mut data = vec![(rank + 1) as f32; lens[rank]];
+                let slots = [SlotDesc {
+                    dtype: DType::F32,
+                    len: data.len(),
+                }];
+                let header = Header {
+                    status: if fail[rank] {
+                        Status::Failed
+                    } else {
+                        Status::Ok
+                    },
+                    slots: &slots,
+                };
+                let mut regions = [f32::region_mut(&mut data)];
+                let r = comm.stage(&header, Collective::AllReduce(ReduceOp::Sum), &mut regions);
+                (r, data)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn loom_agreed_headers_run_the_payload() {
+    // Three barrier epochs and the payload between them: unbounded, the state space does
+    // not finish in CI time; four preemptions cover every ordering of the phases.
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(4);
+    model.check(|| {
+        for (r, data) in stage_pair([2, 2], [false, false]) {
+            assert!(r.is_ok());
+            assert_eq!(data, vec![3.0, 3.0]);
+        }
+    });
+}
+
+#[test]
+fn loom_different_lengths_skip_the_payload_on_both_ranks() {
+    loom::model(|| {
+        for (rank, (r, data)) in stage_pair([1, 2], [false, false]).into_iter().enumerate() {
+            assert!(matches!(
+                r,
+                Err(StageError::Disagreed(Disagreement::Slot { slot: 0, .. }))
+            ));
+            assert!(data.iter().all(|&x| x == (rank + 1) as f32));
+        }
+    });
+}
+
+#[test]
+fn loom_a_failed_rank_makes_both_skip() {
+    loom::model(|| {
+        for (r, _) in stage_pair([2, 2], [false, true]) {
+            assert!(matches!(
+                r,
+                Err(StageError::Disagreed(Disagreement::Failed { rank: 1 }))
+            ));
+        }
+    });
+}

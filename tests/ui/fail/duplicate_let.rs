@@ -1,0 +1,21 @@
+use actorgraph::prelude::*;
+
+struct Worker;
+
+#[actor]
+impl Worker {
+    fn comp1(&mut self, x: &Tensor<f32>) -> Tensor<f32> {
+        x.clone()
+    }
+}
+
+graph! {
+    G(workers: [Worker], x: Tensor<f32>) {
+        let c = workers.comp1(x);
+        let c = workers.comp1(x);
+        let x = workers.comp1(c);
+        allreduce([c, x])
+    }
+}
+
+fn main() {}

@@ -1,0 +1,20 @@
+use actorgraph::prelude::*;
+
+struct Worker;
+
+#[actor]
+impl Worker {
+    fn comp1(&mut self) -> Tensor<f32> {
+        Tensor::zeros([1])
+    }
+}
+
+graph! {
+    G(workers: [Worker]) {
+        let c = workers.comp1();
+        let _r = allreduce([]);
+        c
+    }
+}
+
+fn main() {}

@@ -1,0 +1,19 @@
+use actorgraph::prelude::*;
+
+struct Worker;
+
+#[actor]
+impl Worker {
+    fn comp1(&mut self, x: &Tensor<f32>) -> Tensor<f32> {
+        x.clone()
+    }
+}
+
+graph! {
+    G(workers: [Worker], x: Tensor<f32>) {
+        let c = workers.nope(x);
+        allreduce(c)
+    }
+}
+
+fn main() {}
