@@ -178,7 +178,7 @@ pub struct SlotIdx {
 /// The state of one fused collective stage on one rank, kept across executions.
 ///
 /// Generated code drives it in a fixed sequence per execution: [`begin`](Self::begin),
-/// [`add`](Self::add) per value, [`pack`](Self::pack) per value, [`run`](Self::run), then
+/// [`add`](Self::add) per value, [`pack`](Self::pack) per value, `run` (through the step context), then
 /// [`output`](Self::output) per value.
 pub struct FusedStage {
     name: &'static str,
