@@ -253,3 +253,6 @@ pub trait Backend {
     /// Creates `size` connected endpoints, indexed by rank.
     fn communicators(&self, size: usize) -> Result<Vec<Self::Comm>, Error>;
 }
+
+#[cfg(all(test, not(loom)))]
+mod proptests;

@@ -26,15 +26,36 @@ pub(crate) fn finish<E: Element>(acc: &mut [E], op: ReduceOp, n: usize) {
     }
 }
 
-/// Reduces `srcs` (one slice per rank, in rank order) into `dst`: the reference every
-/// communicator must match bit for bit.
+/// The reference every communicator must match bit for bit: each element folded over the
+/// ranks in rank order, one element at a time. Written independently of the block kernels
+/// above so that tests can check them against it.
+///
+/// ```
+/// use actorgraph::{comm::reduce_reference, ReduceOp};
+/// let (a, b) = ([1.0f32, 4.0], [3.0f32, -2.0]);
+/// assert_eq!(reduce_reference(&[&a[..], &b[..]], ReduceOp::Avg), vec![2.0, 1.0]);
+/// ```
 pub fn reduce_reference<E: Element>(srcs: &[&[E]], op: ReduceOp) -> Vec<E> {
-    let mut acc = srcs.first().map(|s| s.to_vec()).unwrap_or_default();
-    for s in &srcs[1..] {
-        combine(&mut acc, s, op);
-    }
-    finish(&mut acc, op, srcs.len());
-    acc
+    let Some(first) = srcs.first() else {
+        return Vec::new();
+    };
+    (0..first.len())
+        .map(|i| {
+            let mut acc = first[i];
+            for s in &srcs[1..] {
+                acc = match op {
+                    ReduceOp::Sum | ReduceOp::Avg => acc.add(s[i]),
+                    ReduceOp::Prod => acc.mul(s[i]),
+                    ReduceOp::Min => acc.min(s[i]),
+                    ReduceOp::Max => acc.max(s[i]),
+                };
+            }
+            if op == ReduceOp::Avg {
+                acc = acc.div_count(srcs.len());
+            }
+            acc
+        })
+        .collect()
 }
 
 #[cfg(test)]
