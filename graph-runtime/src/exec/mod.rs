@@ -145,6 +145,7 @@ where
             let spawned = std::thread::Builder::new()
                 .name(format!("actorgraph-{name}-{rank}"))
                 .spawn(move || {
+                    crate::sync::actor_started();
                     let guard = ExitGuard {
                         shared: &shared,
                         rank,
@@ -371,6 +372,7 @@ struct ExitGuard<'a, I, O> {
 
 impl<I, O> Drop for ExitGuard<'_, I, O> {
     fn drop(&mut self) {
+        crate::sync::actor_ended();
         if std::thread::panicking() {
             self.abort.abort();
         }

@@ -3,17 +3,56 @@ use std::time::Instant;
 
 use super::prims::{spin_loop, yield_now, AtomicU64, AtomicUsize, Condvar, Mutex};
 
-/// Spins before yielding; a few µs on the machines this was tuned on.
+/// How a waiter waits before it parks: it spins only while every actor thread can have a
+/// core of its own (a spin round trip is ~0.2 µs), and otherwise yields at once, so that
+/// the thread it waits for gets the core; then it yields a while, then parks (a futex wake
+/// costs ~70 µs, so parking is the last resort, but an idle graph must not burn cores).
+/// Measured on 2 cores: spinning first made a 2-actor execute 30x slower (see BENCHMARKS.md).
 #[cfg(not(loom))]
-const SPINS: u32 = 2_000;
-/// Yields before parking.
-#[cfg(not(loom))]
-const YIELDS: u32 = 16;
+mod budget {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    use std::sync::OnceLock;
+
+    const SPINS: u32 = 256;
+    pub(super) const YIELDS: u32 = 128;
+
+    static LIVE_ACTORS: AtomicUsize = AtomicUsize::new(0);
+
+    fn cores() -> usize {
+        static CORES: OnceLock<usize> = OnceLock::new();
+        *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    pub(super) fn spins() -> u32 {
+        // The driver thread counts too.
+        if LIVE_ACTORS.load(Relaxed) < cores() {
+            SPINS
+        } else {
+            0
+        }
+    }
+
+    pub(crate) fn actor_started() {
+        LIVE_ACTORS.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn actor_ended() {
+        LIVE_ACTORS.fetch_sub(1, Relaxed);
+    }
+}
+
 // Under loom every spin is a state to explore: go straight to parking.
 #[cfg(loom)]
-const SPINS: u32 = 0;
-#[cfg(loom)]
-const YIELDS: u32 = 0;
+mod budget {
+    pub(super) const YIELDS: u32 = 0;
+    pub(super) fn spins() -> u32 {
+        0
+    }
+    pub(crate) fn actor_started() {}
+    pub(crate) fn actor_ended() {}
+}
+
+pub(crate) use budget::{actor_ended, actor_started};
 
 /// Why a wait ended without the value moving.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,13 +142,13 @@ impl Epoch {
         seen: u64,
         deadline: Option<Instant>,
     ) -> Result<u64, Interrupted> {
-        for _ in 0..SPINS {
+        for _ in 0..budget::spins() {
             if let Some(r) = Self::check(self.state.load(Acquire), seen) {
                 return r;
             }
             spin_loop();
         }
-        for _ in 0..YIELDS {
+        for _ in 0..budget::YIELDS {
             if let Some(r) = Self::check(self.state.load(Acquire), seen) {
                 return r;
             }

@@ -6,7 +6,7 @@
 
 mod epoch;
 
-pub(crate) use epoch::{Barrier, Epoch};
+pub(crate) use epoch::{actor_ended, actor_started, Barrier, Epoch};
 
 #[cfg(loom)]
 pub(crate) mod prims {

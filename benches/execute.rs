@@ -1,0 +1,80 @@
+//! Per-execute latency of small graphs: the fixed cost of a compiled graph.
+
+use std::time::Duration;
+
+use actorgraph::prelude::*;
+use criterion::{criterion_group, Criterion};
+
+struct Echo;
+
+#[actor]
+impl Echo {
+    fn echo(&mut self, x: &Tensor<f32>) -> Tensor<f32> {
+        x.clone()
+    }
+}
+
+graph! {
+    EchoGraph(workers: [Echo], x: Tensor<f32>) {
+        workers.echo(x)
+    }
+}
+
+fn echo(c: &mut Criterion) {
+    let mut group = c.benchmark_group("echo");
+    group.measurement_time(Duration::from_secs(5));
+    for n in [1usize, 2, 4, 8] {
+        let x = Tensor::full([4], 1.0f32);
+        let mut graph = None;
+        group.bench_function(format!("{n} actors"), |b| {
+            let g = graph.get_or_insert_with(|| {
+                EchoGraph::launch((0..n).map(|_| Echo).collect(), Cpu).unwrap()
+            });
+            b.iter(|| g.execute(x.clone()).unwrap())
+        });
+    }
+    group.finish();
+}
+
+/// CPU time this process uses per second of wall time while a launched 8-actor graph sits
+/// idle between executes: the waiters must have parked, not be spinning or yielding.
+fn idle_cpu() {
+    fn cpu_seconds() -> f64 {
+        // utime + stime of this process, in clock ticks (fields 14 and 15 of /proc/self/stat).
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<f64>().ok())
+                .unwrap_or(f64::NAN)
+        };
+        (ticks(11) + ticks(12)) / 100.0
+    }
+    let mut g = EchoGraph::launch((0..8).map(|_| Echo).collect(), Cpu).unwrap();
+    for _ in 0..1000 {
+        g.execute(Tensor::full([4], 1.0)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let (cpu0, wall0) = (cpu_seconds(), std::time::Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let busy = (cpu_seconds() - cpu0) / wall0.elapsed().as_secs_f64();
+    println!(
+        "idle: 8 actors between executes use {:.1}% of one core",
+        busy * 100.0
+    );
+    g.teardown().unwrap();
+}
+
+criterion_group!(benches, echo);
+
+fn main() {
+    idle_cpu();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
