@@ -9,6 +9,18 @@ use std::time::Duration;
 use actorgraph::prelude::*;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
+/// Eight tensors, one bucket.
+type Eight = (
+    Tensor<f32>,
+    Tensor<f32>,
+    Tensor<f32>,
+    Tensor<f32>,
+    Tensor<f32>,
+    Tensor<f32>,
+    Tensor<f32>,
+    Tensor<f32>,
+);
+
 /// Holds its bucket's tensors and returns them by reference count: the benchmark measures
 /// the graph, not tensor creation.
 struct Holder {
@@ -27,18 +39,7 @@ impl Holder {
         self.next += 1;
         t
     }
-    fn all8(
-        &mut self,
-    ) -> (
-        Tensor<f32>,
-        Tensor<f32>,
-        Tensor<f32>,
-        Tensor<f32>,
-        Tensor<f32>,
-        Tensor<f32>,
-        Tensor<f32>,
-        Tensor<f32>,
-    ) {
+    fn all8(&mut self) -> Eight {
         let p = &self.parts;
         (
             p[0].clone(),
