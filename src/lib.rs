@@ -46,7 +46,10 @@
 pub use graph_macros::{actor, graph};
 pub use graph_runtime::*;
 
-/// Everything a graph author needs: the macros, tensors, backends and reduce ops.
+/// Everything a graph author needs: the macros, tensors, backends, reduce ops and the
+/// traits of the values collectives take.
 pub mod prelude {
-    pub use crate::{actor, graph, Backend, Bucketable, Cpu, Error, ReduceOp, Tensor};
+    pub use crate::{
+        actor, graph, Backend, Bucketable, Cpu, Error, Gather, ReduceOp, Scatter, Tensor,
+    };
 }

@@ -1,6 +1,10 @@
 //! The flat-buffer layout of one fused stage: one region per dtype, every value of the
 //! bucket packed into its dtype's region, outputs handed out as views into it.
+//!
+//! What can go into a bucket is [`Bucketable`]; [`Gather`] and [`Scatter`] add what
+//! `allgather` and `reducescatter` need to build a result of another length.
 
+use std::any::Any;
 use std::sync::Arc;
 
 use crate::comm::{
@@ -12,9 +16,18 @@ use crate::{DType, Element, Error, Tensor};
 /// A value that can travel through a fused collective stage.
 ///
 /// A stage asks each value for its length, lets it copy its elements into the stage's flat
-/// buffer, and, after the collective, asks it to build its result from the reduced
-/// elements. Implemented for [`Tensor<E>`] (the result is a zero-copy view into the flat
-/// buffer); implement it for your own types to put them in a bucket.
+/// buffer, and, after the collective, asks it to build its result from the elements the
+/// collective left for it (reduced for `allreduce`, the root's for `broadcast`).
+///
+/// Implemented for:
+/// - [`Tensor<E>`]: the result is a zero-copy view into the stage's flat buffer, with the
+///   input's shape;
+/// - a scalar `E` (any [`Element`], e.g. an `f32` loss): one element, the result is the
+///   value;
+/// - `Vec<E>`: its elements, the result is a new `Vec` (a copy out of the flat buffer).
+///
+/// Implement it for your own types to put them in a bucket; implement [`Gather`] and
+/// [`Scatter`] too for `allgather` and `reducescatter`.
 ///
 /// ```
 /// use actorgraph::{Bucketable, Reduced};
@@ -36,7 +49,7 @@ use crate::{DType, Element, Error, Tensor};
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot go through a collective",
     label = "this value's type does not implement `Bucketable`",
-    note = "collectives take `Tensor<E>` with E one of f32, f64, i8, u8, i32, u32, i64, u64, or a type that implements `actorgraph::Bucketable`"
+    note = "collectives take `Tensor<E>`, a scalar `E` or `Vec<E>` with E one of f16, bf16, f32, f64, i8, u8, i32, u32, i64, u64, or a type that implements `actorgraph::Bucketable`"
 )]
 pub trait Bucketable: Sized + Send + 'static {
     /// The element type the value is made of.
@@ -45,11 +58,85 @@ pub trait Bucketable: Sized + Send + 'static {
     fn bucket_len(&self) -> usize;
     /// Copies the elements into `dst` (`dst.len() == self.bucket_len()`).
     fn pack(&self, dst: &mut [Self::Elem]);
-    /// Builds the result from the reduced elements; `self` is this rank's input value.
+    /// Builds the result from the collective's elements (`bucket_len()` of them); `self`
+    /// is this rank's input value.
     fn unpack(&self, reduced: Reduced<'_, Self::Elem>) -> Self;
 }
 
-/// The reduced elements of one value of a bucket, inside the stage's flat buffer.
+/// A value that `allgather` can collect from every rank.
+///
+/// The result has its own type: every rank's value, concatenated in rank order.
+///
+/// Implemented for:
+/// - [`Tensor<E>`] -> `Tensor<E>`: shape `[d0, rest..]` becomes `[N * d0, rest..]` (a 0-d
+///   tensor becomes `[N]`), a zero-copy view into the stage's output buffer;
+/// - a scalar `E` -> `Vec<E>` of N values;
+/// - `Vec<E>` -> `Vec<E>` of N times the length.
+///
+/// ```
+/// use actorgraph::{Bucketable, Gather, Reduced};
+///
+/// /// A per-rank counter; gathered, the counts of every rank.
+/// struct Count(u64);
+///
+/// impl Bucketable for Count {
+///     type Elem = u64;
+///     fn bucket_len(&self) -> usize { 1 }
+///     fn pack(&self, dst: &mut [u64]) { dst[0] = self.0 }
+///     fn unpack(&self, data: Reduced<'_, u64>) -> Self { Count(data.as_slice()[0]) }
+/// }
+///
+/// impl Gather for Count {
+///     type Gathered = Vec<Count>;
+///     fn gathered(&self, data: Reduced<'_, u64>, _ranks: usize) -> Vec<Count> {
+///         data.as_slice().iter().map(|&c| Count(c)).collect()
+///     }
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be gathered",
+    label = "this value's type does not implement `Gather`",
+    note = "`allgather` takes `Tensor<E>`, a scalar `E` or `Vec<E>` with E one of f16, bf16, f32, f64, i8, u8, i32, u32, i64, u64, or a type that implements `actorgraph::Gather`"
+)]
+pub trait Gather: Bucketable {
+    /// What every rank gets: every rank's value, concatenated in rank order.
+    type Gathered: Send + 'static;
+    /// Builds the result from `ranks` times `bucket_len()` elements: rank 0's, then rank
+    /// 1's, and so on.
+    fn gathered(&self, data: Reduced<'_, Self::Elem>, ranks: usize) -> Self::Gathered;
+}
+
+/// A value that `reducescatter` can split into N equal parts, one per rank.
+///
+/// A value splits along its rows: [`rows`](Scatter::rows) must be a multiple of the
+/// number of ranks, or the stage fails on every rank with [`Error::NotDivisible`]. Rank r
+/// gets elements `[r * len / N, (r + 1) * len / N)` of the reduced value.
+///
+/// Implemented for:
+/// - [`Tensor<E>`]: shape `[d0, rest..]` becomes `[d0 / N, rest..]`, a zero-copy view into
+///   the stage's output buffer; `d0` must be a multiple of N. A 0-d tensor counts as one
+///   row: it can be scattered over one rank only;
+/// - `Vec<E>`: its `len / N` elements (a new `Vec`).
+///
+/// A scalar `E` does not implement it: one element cannot be split.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be scattered",
+    label = "this value's type does not implement `Scatter`",
+    note = "`reducescatter` takes `Tensor<E>` or `Vec<E>` with E one of f16, bf16, f32, f64, i8, u8, i32, u32, i64, u64 (a single element cannot be split), or a type that implements `actorgraph::Scatter`"
+)]
+pub trait Scatter: Bucketable {
+    /// The number of rows the value splits into: its first dimension. The default, its
+    /// length, suits flat values.
+    fn rows(&self) -> usize {
+        self.bucket_len()
+    }
+    /// Builds this rank's part from `bucket_len() / ranks` reduced elements.
+    fn scattered(&self, data: Reduced<'_, Self::Elem>, ranks: usize) -> Self;
+}
+
+/// The elements a collective left for one value of a bucket, inside the stage's flat
+/// buffer: reduced (`allreduce`, `reducescatter`, `reduce`), gathered (`allgather`) or
+/// copied from the root (`broadcast`).
 pub struct Reduced<'a, E> {
     buf: &'a Arc<Storage<E>>,
     offset: usize,
@@ -57,12 +144,23 @@ pub struct Reduced<'a, E> {
 }
 
 impl<E: Element> Reduced<'_, E> {
-    /// The reduced elements.
+    /// The elements.
     pub fn as_slice(&self) -> &[E] {
         &self.buf.host()[self.offset..self.offset + self.len]
     }
 
-    /// A tensor of `shape` viewing the reduced elements without copying them.
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A tensor with `like`'s shape viewing the elements without copying them.
+    /// `like` must hold as many elements (true for the value being unpacked).
     pub fn to_tensor_like(&self, like: &Tensor<E>) -> Tensor<E> {
         Tensor::view(
             Arc::clone(self.buf),
@@ -70,6 +168,26 @@ impl<E: Element> Reduced<'_, E> {
             self.len,
             Arc::clone(like.shape_arc()),
         )
+    }
+
+    /// A tensor of `shape` viewing the elements without copying them; an error if the
+    /// shape does not hold exactly [`len`](Self::len) elements.
+    pub fn to_tensor(&self, shape: impl AsRef<[usize]>) -> Result<Tensor<E>, Error> {
+        let shape = shape.as_ref();
+        let numel = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        if numel != Some(self.len) {
+            return Err(Error::ShapeData {
+                shape: shape.to_vec(),
+                expected: numel.unwrap_or(usize::MAX),
+                got: self.len,
+            });
+        }
+        Ok(self.view(shape.into()))
+    }
+
+    /// A view with `shape`, which the caller checked holds `len` elements.
+    fn view(&self, shape: Arc<[usize]>) -> Tensor<E> {
+        Tensor::view(Arc::clone(self.buf), self.offset, self.len, shape)
     }
 }
 
@@ -83,6 +201,98 @@ impl<E: Element> Bucketable for Tensor<E> {
     }
     fn unpack(&self, reduced: Reduced<'_, E>) -> Self {
         reduced.to_tensor_like(self)
+    }
+}
+
+impl<E: Element> Gather for Tensor<E> {
+    type Gathered = Tensor<E>;
+    fn gathered(&self, data: Reduced<'_, E>, ranks: usize) -> Tensor<E> {
+        let shape: Arc<[usize]> = match self.shape().split_first() {
+            // `[d0, rest..]` -> `[N * d0, rest..]`; the data holds N times our elements.
+            // Saturating only matters for an empty tensor with an absurd first dimension.
+            Some((&d0, rest)) => std::iter::once(d0.saturating_mul(ranks))
+                .chain(rest.iter().copied())
+                .collect(),
+            None => Arc::from([ranks]),
+        };
+        data.view(shape)
+    }
+}
+
+impl<E: Element> Scatter for Tensor<E> {
+    fn rows(&self) -> usize {
+        self.shape().first().copied().unwrap_or(1)
+    }
+    fn scattered(&self, data: Reduced<'_, E>, ranks: usize) -> Tensor<E> {
+        match self.shape().split_first() {
+            // The agreement checked that `d0` divides by `ranks`.
+            Some((&d0, rest)) => data.view(
+                std::iter::once(d0 / ranks.max(1))
+                    .chain(rest.iter().copied())
+                    .collect(),
+            ),
+            // A 0-d tensor scatters over one rank only: itself.
+            None => data.to_tensor_like(self),
+        }
+    }
+}
+
+/// A single element: one slot of length one. One impl per element type rather than a
+/// blanket `impl<E: Element>`: with the blanket impl, rustc would answer a `String` in a
+/// collective with "`String` is not an element type" at the macro instead of this trait's
+/// message at the user's value.
+macro_rules! scalar_bucketable {
+    ($($t:ty),*) => {$(
+        impl Bucketable for $t {
+            type Elem = $t;
+            fn bucket_len(&self) -> usize {
+                1
+            }
+            fn pack(&self, dst: &mut [$t]) {
+                if let Some(d) = dst.first_mut() {
+                    *d = *self;
+                }
+            }
+            fn unpack(&self, reduced: Reduced<'_, $t>) -> Self {
+                reduced.as_slice().first().copied().unwrap_or(*self)
+            }
+        }
+
+        impl Gather for $t {
+            type Gathered = Vec<$t>;
+            fn gathered(&self, data: Reduced<'_, $t>, _ranks: usize) -> Vec<$t> {
+                data.as_slice().to_vec()
+            }
+        }
+    )*};
+}
+
+scalar_bucketable!(half::f16, half::bf16, f32, f64, i8, u8, i32, u32, i64, u64);
+
+/// A vector of elements: copied into the bucket and out of it.
+impl<E: Element> Bucketable for Vec<E> {
+    type Elem = E;
+    fn bucket_len(&self) -> usize {
+        self.len()
+    }
+    fn pack(&self, dst: &mut [E]) {
+        dst.copy_from_slice(self);
+    }
+    fn unpack(&self, reduced: Reduced<'_, E>) -> Self {
+        reduced.as_slice().to_vec()
+    }
+}
+
+impl<E: Element> Gather for Vec<E> {
+    type Gathered = Vec<E>;
+    fn gathered(&self, data: Reduced<'_, E>, _ranks: usize) -> Vec<E> {
+        data.as_slice().to_vec()
+    }
+}
+
+impl<E: Element> Scatter for Vec<E> {
+    fn scattered(&self, data: Reduced<'_, E>, _ranks: usize) -> Vec<E> {
+        data.as_slice().to_vec()
     }
 }
 
@@ -120,6 +330,22 @@ impl<E: Element> Region<E> {
             None => &mut [],
         }
     }
+
+    /// `len` elements at `offset` of the buffer, for a value's result.
+    fn result<R>(&self, offset: usize, len: usize, f: impl FnOnce(Reduced<'_, E>) -> R) -> R {
+        match &self.buf {
+            Some(buf) if offset + len <= buf.host().len() => f(Reduced { buf, offset, len }),
+            // Only empty regions have no buffer: hand out an empty view.
+            _ => {
+                let buf = Arc::new(Storage::Host(Vec::new()));
+                f(Reduced {
+                    buf: &buf,
+                    offset: 0,
+                    len: 0,
+                })
+            }
+        }
+    }
 }
 
 macro_rules! regions {
@@ -142,6 +368,16 @@ macro_rules! regions {
             fn len_of(&mut self, d: DType) -> &mut usize {
                 match d { $(DType::$field => &mut self.$field.len,)* }
             }
+            /// Sizes each region for `collective`'s output from `inputs`' lengths; `None`
+            /// if a length overflows.
+            fn size_outputs(&mut self, inputs: &Regions, collective: Collective, ranks: usize) -> Option<()> {
+                $(self.$field.len = if inputs.$field.len == 0 {
+                    0
+                } else {
+                    collective.output_len(inputs.$field.len, ranks)?
+                };)*
+                Some(())
+            }
             /// The non-empty regions, at most one per dtype, on the stack.
             fn with_slices<R>(&mut self, f: impl FnOnce(&mut [RegionMut<'_>]) -> R) -> R {
                 let mut all: [RegionMut<'_>; DType::COUNT] = [$(<$t>::region_mut(self.$field.slice_mut()),)*];
@@ -156,17 +392,34 @@ macro_rules! regions {
             }
         }
 
-        /// Maps an element type to its region.
-        pub(crate) trait HasRegion: Element {
-            fn region(r: &mut Regions) -> &mut Region<Self>;
+        impl Regions {
+            /// The region of `E`. Always `Some`: `Element` is sealed and every element type
+            /// has its field (the downcast folds away, `E::DTYPE` being a constant).
+            fn get<E: Element>(&mut self) -> Option<&mut Region<E>> {
+                let region: &mut dyn Any = match E::DTYPE { $(DType::$field => &mut self.$field,)* };
+                region.downcast_mut()
+            }
         }
-        $(impl HasRegion for $t {
-            fn region(r: &mut Regions) -> &mut Region<Self> { &mut r.$field }
-        })*
     };
 }
 
-regions!(F32: f32, F64: f64, I8: i8, U8: u8, I32: i32, U32: u32, I64: i64, U64: u64);
+/// Marks element types that have a region. Every element type has one; the marker stays
+/// for the step context's bounds.
+pub(crate) trait HasRegion: Element {}
+impl<E: Element> HasRegion for E {}
+
+regions!(
+    F16: half::f16,
+    BF16: half::bf16,
+    F32: f32,
+    F64: f64,
+    I8: i8,
+    U8: u8,
+    I32: i32,
+    U32: u32,
+    I64: i64,
+    U64: u64
+);
 
 /// A slot's position in its dtype's region.
 #[derive(Clone, Copy, Debug)]
@@ -178,12 +431,21 @@ pub struct SlotIdx {
 /// The state of one fused collective stage on one rank, kept across executions.
 ///
 /// Generated code drives it in a fixed sequence per execution: [`begin`](Self::begin),
-/// [`add`](Self::add) per value, [`pack`](Self::pack) per value, `run` (through the step context), then
-/// [`output`](Self::output) per value.
+/// an `add` per value, [`prepare`](Self::prepare), a `pack` per value, `run` (through the
+/// step context), then an `output` per value. The `add`/`pack`/`output` methods come in one
+/// flavour per kind of collective, each bound by the trait that kind needs, so that a value
+/// of the wrong type gets one error.
 pub struct FusedStage {
     name: &'static str,
     slots: Vec<SlotDesc>,
-    regions: Regions,
+    /// The packed inputs; the in-place collectives leave their results here.
+    inputs: Regions,
+    /// The results of `allgather` and `reducescatter`, whose lengths differ from the
+    /// inputs'. Reused like the inputs: only while no view of them is alive.
+    outputs: Regions,
+    /// This rank and the group's size, as of the last `run`.
+    rank: usize,
+    ranks: usize,
     /// The execution this stage last took part in (see `StepCtx::drain`).
     pub(crate) last_round: u64,
 }
@@ -193,7 +455,10 @@ impl FusedStage {
         Self {
             name,
             slots: Vec::new(),
-            regions: Regions::new(),
+            inputs: Regions::new(),
+            outputs: Regions::new(),
+            rank: 0,
+            ranks: 1,
             last_round: 0,
         }
     }
@@ -206,39 +471,55 @@ impl FusedStage {
     /// Starts a new layout.
     pub fn begin(&mut self) {
         self.slots.clear();
-        self.regions.reset();
+        self.inputs.reset();
     }
 
-    /// Appends a value to the layout and returns its place.
-    #[allow(private_bounds)]
-    pub fn add<T: Bucketable>(&mut self, value: &T) -> SlotIdx
-    where
-        T::Elem: HasRegion,
-    {
-        let len = value.bucket_len();
-        let dtype = <T::Elem as Element>::DTYPE;
-        self.slots.push(SlotDesc { dtype, len });
-        let region_len = self.regions.len_of(dtype);
+    fn push_slot(&mut self, dtype: DType, len: usize, rows: usize) -> SlotIdx {
+        self.slots.push(SlotDesc { dtype, len, rows });
+        let region_len = self.inputs.len_of(dtype);
         let offset = *region_len;
         *region_len += len;
         SlotIdx { offset, len }
     }
 
+    /// Appends a value to the layout and returns its place.
+    pub fn add<T: Bucketable>(&mut self, value: &T) -> SlotIdx {
+        let len = value.bucket_len();
+        self.push_slot(<T::Elem as Element>::DTYPE, len, len)
+    }
+
+    /// [`add`](Self::add) for `allgather`.
+    pub fn add_gather<T: Gather>(&mut self, value: &T) -> SlotIdx {
+        self.add(value)
+    }
+
+    /// [`add`](Self::add) for `reducescatter`: the header carries the value's rows too.
+    pub fn add_scatter<T: Scatter>(&mut self, value: &T) -> SlotIdx {
+        let dtype = <T::Elem as Element>::DTYPE;
+        self.push_slot(dtype, value.bucket_len(), value.rows())
+    }
+
     /// Takes the flat buffers for this layout (reusing last execution's where no view of
     /// them is alive).
     pub fn prepare(&mut self) {
-        self.regions.prepare();
+        self.inputs.prepare();
     }
 
     /// Copies a value into its place.
-    #[allow(private_bounds)]
-    pub fn pack<T: Bucketable>(&mut self, value: &T, at: SlotIdx)
-    where
-        T::Elem: HasRegion,
-    {
-        let region = T::Elem::region(&mut self.regions);
-        let dst = &mut region.slice_mut()[at.offset..at.offset + at.len];
-        value.pack(dst);
+    pub fn pack<T: Bucketable>(&mut self, value: &T, at: SlotIdx) {
+        if let Some(region) = self.inputs.get::<T::Elem>() {
+            value.pack(&mut region.slice_mut()[at.offset..at.offset + at.len]);
+        }
+    }
+
+    /// [`pack`](Self::pack) for `allgather`.
+    pub fn pack_gather<T: Gather>(&mut self, value: &T, at: SlotIdx) {
+        self.pack(value, at)
+    }
+
+    /// [`pack`](Self::pack) for `reducescatter`.
+    pub fn pack_scatter<T: Scatter>(&mut self, value: &T, at: SlotIdx) {
+        self.pack(value, at)
     }
 
     /// Agrees with the other ranks, then runs the collective over every region at once.
@@ -248,14 +529,34 @@ impl FusedStage {
         collective: Collective,
         group: &'static str,
     ) -> Result<(), Error> {
+        self.rank = comm.rank();
+        self.ranks = comm.size();
+        if collective.has_outputs() {
+            if self
+                .outputs
+                .size_outputs(&self.inputs, collective, self.ranks)
+                .is_none()
+            {
+                // Take part as failed, so that no peer waits for us.
+                self.skip(comm);
+                return Err(Error::Backend(format!(
+                    "stage `{}`: the output of {} ranks does not fit in memory",
+                    self.name, self.ranks
+                )));
+            }
+            self.outputs.prepare();
+        } else {
+            self.outputs.reset();
+        }
         let header = Header {
             status: Status::Ok,
             slots: &self.slots,
         };
-        let rank = comm.rank();
-        let result = self
-            .regions
-            .with_slices(|regions| comm.stage(&header, collective, regions));
+        let rank = self.rank;
+        let (inputs, outputs) = (&mut self.inputs, &mut self.outputs);
+        let result = inputs.with_slices(|ins| {
+            outputs.with_slices(|outs| comm.stage(&header, collective, ins, outs))
+        });
         result.map_err(|e| stage_error(e, self.name, group, rank))
     }
 
@@ -265,38 +566,46 @@ impl FusedStage {
             status: Status::Failed,
             slots: &[],
         };
-        // The verdict is "rank r failed" on every rank; the caller already has its error.
-        let _ = comm.stage(&header, collective_for_skip(), &mut []);
+        // The verdict is "rank r failed" on every rank whatever the collective (a failed
+        // rank is the first thing the agreement checks); the caller already has its error.
+        let skip = Collective::AllReduce(crate::ReduceOp::Sum);
+        let _ = comm.stage(&header, skip, &mut [], &mut []);
     }
 
-    /// This rank's result for a value.
-    #[allow(private_bounds)]
-    pub fn output<T: Bucketable>(&mut self, value: &T, at: SlotIdx) -> T
-    where
-        T::Elem: HasRegion,
-    {
-        let region = T::Elem::region(&mut self.regions);
-        match &region.buf {
-            Some(buf) => value.unpack(Reduced {
-                buf,
-                offset: at.offset,
-                len: at.len,
-            }),
-            // Only empty regions have no buffer: hand out an empty view.
-            None => {
-                let buf = Arc::new(Storage::Host(Vec::new()));
-                value.unpack(Reduced {
-                    buf: &buf,
-                    offset: 0,
-                    len: 0,
-                })
-            }
-        }
+    /// This rank's result for a value of an in-place collective (`allreduce`,
+    /// `broadcast`): a view into the flat buffer.
+    pub fn output<T: Bucketable>(&mut self, value: &T, at: SlotIdx) -> T {
+        let mut none = Region::new();
+        let region = self.inputs.get::<T::Elem>().unwrap_or(&mut none);
+        region.result(at.offset, at.len, |r| value.unpack(r))
     }
-}
 
-fn collective_for_skip() -> Collective {
-    Collective::AllReduce(crate::ReduceOp::Sum)
+    /// This rank's result for a value of `reduce`: the reduction on the root, `None`
+    /// elsewhere.
+    pub fn output_rooted<T: Bucketable>(
+        &mut self,
+        value: &T,
+        at: SlotIdx,
+        root: usize,
+    ) -> Option<T> {
+        (self.rank == root).then(|| self.output(value, at))
+    }
+
+    /// This rank's result for a value of `allgather`: every rank's value, in rank order.
+    pub fn output_gathered<T: Gather>(&mut self, value: &T, at: SlotIdx) -> T::Gathered {
+        let n = self.ranks;
+        let mut none = Region::new();
+        let region = self.outputs.get::<T::Elem>().unwrap_or(&mut none);
+        region.result(at.offset * n, at.len * n, |r| value.gathered(r, n))
+    }
+
+    /// This rank's result for a value of `reducescatter`: its chunk of the reduction.
+    pub fn output_scattered<T: Scatter>(&mut self, value: &T, at: SlotIdx) -> T {
+        let n = self.ranks.max(1);
+        let mut none = Region::new();
+        let region = self.outputs.get::<T::Elem>().unwrap_or(&mut none);
+        region.result(at.offset / n, at.len / n, |r| value.scattered(r, n))
+    }
 }
 
 fn stage_error(e: StageError, stage: &'static str, group: &'static str, rank: usize) -> Error {
@@ -319,6 +628,23 @@ fn stage_error(e: StageError, stage: &'static str, group: &'static str, rank: us
             slot,
             counts,
         },
+        StageError::Disagreed(Disagreement::NotDivisible { slot, len, size }) => {
+            Error::NotDivisible {
+                stage,
+                slot,
+                len,
+                ranks: size,
+            }
+        }
+        StageError::Disagreed(Disagreement::Root { root, size }) => Error::RootOutOfRange {
+            group,
+            stage,
+            root,
+            size,
+        },
+        StageError::Disagreed(Disagreement::Buffers { reason }) => {
+            Error::Backend(format!("stage `{stage}`: {reason}"))
+        }
     }
 }
 
@@ -339,8 +665,8 @@ mod tests {
         assert_eq!((ib.offset, ib.len), (0, 2));
         assert_eq!((ic.offset, ic.len), (3, 4));
         assert_eq!((ie.offset, ie.len), (7, 0));
-        assert_eq!(st.regions.F32.len, 7);
-        assert_eq!(st.regions.I64.len, 2);
+        assert_eq!(st.inputs.F32.len, 7);
+        assert_eq!(st.inputs.I64.len, 2);
         st.prepare();
         st.pack(&a, ia);
         st.pack(&b, ib);
@@ -352,22 +678,10 @@ mod tests {
         assert_eq!(
             st.slots,
             vec![
-                SlotDesc {
-                    dtype: DType::F32,
-                    len: 3
-                },
-                SlotDesc {
-                    dtype: DType::I64,
-                    len: 2
-                },
-                SlotDesc {
-                    dtype: DType::F32,
-                    len: 4
-                },
-                SlotDesc {
-                    dtype: DType::F32,
-                    len: 0
-                },
+                SlotDesc::flat(DType::F32, 3),
+                SlotDesc::flat(DType::I64, 2),
+                SlotDesc::flat(DType::F32, 4),
+                SlotDesc::flat(DType::F32, 0),
             ]
         );
     }

@@ -2,10 +2,16 @@
 
 use std::fmt;
 
+use half::{bf16, f16};
+
 /// The element type of a tensor, known at run time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum DType {
+    /// [`half::f16`], IEEE 754 binary16.
+    F16,
+    /// [`half::bf16`], bfloat16.
+    BF16,
     /// `f32`
     F32,
     /// `f64`
@@ -26,7 +32,9 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, in the order regions of a fused stage are laid out.
-    pub const ALL: [DType; 8] = [
+    pub const ALL: [DType; 10] = [
+        DType::F16,
+        DType::BF16,
         DType::F32,
         DType::F64,
         DType::I8,
@@ -44,6 +52,7 @@ impl DType {
     pub const fn size(self) -> usize {
         match self {
             DType::I8 | DType::U8 => 1,
+            DType::F16 | DType::BF16 => 2,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F64 | DType::I64 | DType::U64 => 8,
         }
@@ -57,6 +66,8 @@ impl DType {
     /// The Rust name of the element type.
     pub const fn name(self) -> &'static str {
         match self {
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
             DType::F32 => "f32",
             DType::F64 => "f64",
             DType::I8 => "i8",
@@ -81,23 +92,50 @@ mod sealed {
 
 /// A scalar type that tensors hold and collectives reduce.
 ///
-/// Implemented for `f32`, `f64`, `i8`, `u8`, `i32`, `u32`, `i64` and `u64`. Integer sums
-/// and products wrap on overflow (as NCCL's do); `Avg` on integers is the wrapping sum
-/// divided by the number of ranks, rounded toward zero. `Min`/`Max` on floats ignore NaN
-/// when the other operand is a number (IEEE 754 `minNum`/`maxNum`).
+/// Implemented for [`half::f16`], [`half::bf16`], `f32`, `f64`, `i8`, `u8`, `i32`, `u32`,
+/// `i64` and `u64`.
+///
+/// How each [`ReduceOp`](crate::ReduceOp) behaves:
+/// - A reduction folds the ranks' values in rank order in the type's accumulator
+///   ([`Element::Acc`]) and converts the result once at the end, so every rank gets the
+///   same bits.
+/// - `f16` and `bf16` accumulate in `f32`: a sum over N ranks is rounded to 16 bits once,
+///   not N - 1 times, which loses no more precision than NCCL's reductions do. Every other
+///   type accumulates in itself.
+/// - Integer `Sum` and `Prod` wrap on overflow (as NCCL's do); integer `Avg` is the
+///   wrapping sum divided by the number of ranks, rounded toward zero (`[3, 4]` over two
+///   ranks averages to `3`, `[-3, -4]` to `-3`).
+/// - Float `Avg` is the sum divided by the number of ranks; `Min`/`Max` on floats ignore NaN
+///   when the other operand is a number (IEEE 754 `minNum`/`maxNum`).
+///
+/// ```
+/// use actorgraph::{comm::reduce_reference, half::f16, ReduceOp};
+/// // 2048 + 1 + 1 in f16 steps would round to 2048 twice; accumulated in f32 it is 2050.
+/// let (a, b, c) = ([f16::from_f32(2048.0)], [f16::ONE], [f16::ONE]);
+/// let sum = reduce_reference(&[&a[..], &b[..], &c[..]], ReduceOp::Sum);
+/// assert_eq!(sum, vec![f16::from_f32(2050.0)]);
+/// assert_eq!(reduce_reference(&[&[3i32][..], &[4][..]], ReduceOp::Avg), vec![3]);
+/// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a tensor element type",
     label = "not an element type",
-    note = "element types are f32, f64, i8, u8, i32, u32, i64 and u64"
+    note = "element types are f16, bf16 (from the `half` crate), f32, f64, i8, u8, i32, u32, i64 and u64"
 )]
 pub trait Element:
     Copy + Default + PartialEq + PartialOrd + fmt::Debug + Send + Sync + 'static + sealed::Sealed
 {
     /// The run-time tag of this type.
     const DTYPE: DType;
-    /// `a + b` (wrapping for integers).
+    /// The type reductions accumulate in: `f32` for `f16` and `bf16`, `Self` for the others.
+    type Acc: Element;
+    /// Widens a value into the accumulator (exact).
+    fn to_acc(self) -> Self::Acc;
+    /// Narrows an accumulated value back (rounding to nearest, ties to even, for `f16` and
+    /// `bf16`; exact for the others).
+    fn from_acc(acc: Self::Acc) -> Self;
+    /// `a + b` (wrapping for integers; computed in `f32` and rounded once for `f16`/`bf16`).
     fn add(self, other: Self) -> Self;
-    /// `a * b` (wrapping for integers).
+    /// `a * b` (wrapping for integers; computed in `f32` and rounded once for `f16`/`bf16`).
     fn mul(self, other: Self) -> Self;
     /// The smaller of the two.
     fn min(self, other: Self) -> Self;
@@ -114,6 +152,15 @@ macro_rules! float_element {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$d;
+            type Acc = $t;
+            #[inline(always)]
+            fn to_acc(self) -> Self {
+                self
+            }
+            #[inline(always)]
+            fn from_acc(acc: Self) -> Self {
+                acc
+            }
             #[inline(always)]
             fn add(self, o: Self) -> Self {
                 self + o
@@ -141,11 +188,62 @@ macro_rules! float_element {
     };
 }
 
+/// 16-bit floats: every op goes through `f32` and rounds once.
+macro_rules! half_element {
+    ($t:ty, $d:ident) => {
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+            type Acc = f32;
+            #[inline(always)]
+            fn to_acc(self) -> f32 {
+                self.to_f32()
+            }
+            #[inline(always)]
+            fn from_acc(acc: f32) -> Self {
+                <$t>::from_f32(acc)
+            }
+            #[inline(always)]
+            fn add(self, o: Self) -> Self {
+                Self::from_acc(self.to_acc() + o.to_acc())
+            }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self {
+                Self::from_acc(self.to_acc() * o.to_acc())
+            }
+            #[inline(always)]
+            fn min(self, o: Self) -> Self {
+                Self::from_acc(self.to_acc().min(o.to_acc()))
+            }
+            #[inline(always)]
+            fn max(self, o: Self) -> Self {
+                Self::from_acc(self.to_acc().max(o.to_acc()))
+            }
+            #[inline(always)]
+            fn div_count(self, n: usize) -> Self {
+                Self::from_acc(self.to_acc() / n as f32)
+            }
+            fn region_mut(slice: &mut [Self]) -> crate::comm::RegionMut<'_> {
+                crate::comm::RegionMut::$d(slice)
+            }
+        }
+    };
+}
+
 macro_rules! int_element {
     ($t:ty, $d:ident) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$d;
+            type Acc = $t;
+            #[inline(always)]
+            fn to_acc(self) -> Self {
+                self
+            }
+            #[inline(always)]
+            fn from_acc(acc: Self) -> Self {
+                acc
+            }
             #[inline(always)]
             fn add(self, o: Self) -> Self {
                 self.wrapping_add(o)
@@ -175,6 +273,8 @@ macro_rules! int_element {
     };
 }
 
+half_element!(f16, F16);
+half_element!(bf16, BF16);
 float_element!(f32, F32);
 float_element!(f64, F64);
 int_element!(i8, I8);
@@ -188,6 +288,14 @@ int_element!(u64, U64);
 macro_rules! with_dtype {
     ($dtype:expr, $E:ident => $body:expr) => {
         match $dtype {
+            $crate::DType::F16 => {
+                type $E = ::half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $E = ::half::bf16;
+                $body
+            }
             $crate::DType::F32 => {
                 type $E = f32;
                 $body
@@ -224,3 +332,27 @@ macro_rules! with_dtype {
     };
 }
 pub(crate) use with_dtype;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_order_matches_the_enum() {
+        for (i, d) in DType::ALL.iter().enumerate() {
+            assert_eq!(d.index(), i);
+        }
+        assert_eq!(f16::DTYPE.size(), 2);
+        assert_eq!(bf16::DTYPE.name(), "bf16");
+    }
+
+    #[test]
+    fn half_ops_round_once_from_f32() {
+        let a = f16::from_f32(1.0);
+        let b = f16::from_f32(2.0f32.powi(-11)); // half an ulp of 1.0: ties to even
+        assert_eq!(a.add(b), f16::from_f32(1.0));
+        assert_eq!(bf16::from_f32(3.0).div_count(2), bf16::from_f32(1.5));
+        assert_eq!(f16::from_f32(-1.0).min(f16::NAN), f16::from_f32(-1.0));
+        assert_eq!(i8::MIN.div_count(200), 0);
+    }
+}

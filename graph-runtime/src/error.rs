@@ -102,6 +102,35 @@ pub enum Error {
         counts: Vec<usize>,
     },
 
+    /// A value of a `reducescatter` stage cannot be split evenly over the ranks: its length
+    /// along its first dimension (its element count, for a flat value) is not a multiple of
+    /// the number of ranks. Agreed on by every rank before any data moves.
+    #[error("stage `{stage}`, slot {slot}: a length of {len} cannot be split evenly over {ranks} ranks; `reducescatter` needs each value's first dimension to be a multiple of the number of ranks")]
+    NotDivisible {
+        /// The stage, as written in the graph.
+        stage: &'static str,
+        /// The position of the value in the stage's bucket.
+        slot: usize,
+        /// Its length along the dimension it is split on.
+        len: usize,
+        /// The number of ranks.
+        ranks: usize,
+    },
+
+    /// A rooted collective (`broadcast`, `reduce`) names a root that is not a rank of its
+    /// group. `launch` checks it, so a graph never starts with such a stage.
+    #[error("stage `{stage}` of group `{group}` has root {root}, but the group has {size} actors (ranks 0..{size})")]
+    RootOutOfRange {
+        /// The actor group.
+        group: &'static str,
+        /// The stage, as written in the graph.
+        stage: &'static str,
+        /// The root given.
+        root: usize,
+        /// The number of actors in the group.
+        size: usize,
+    },
+
     /// This rank skipped its work because rank `failed_rank` of its group failed first.
     ///
     /// `execute` reports the root cause instead; this variant only surfaces on its own when a

@@ -13,12 +13,15 @@ mod method;
 mod sync;
 mod tensor;
 
-pub use bucket::{Bucketable, Reduced};
+pub use bucket::{Bucketable, Gather, Reduced, Scatter};
 pub use comm::{Backend, Communicator, Cpu, ReduceOp};
 pub use element::{DType, Element};
 pub use error::{BoxError, Error};
 pub use exec::TEARDOWN_GRACE;
 pub use tensor::Tensor;
+
+/// The `half` crate, whose `f16` and `bf16` are element types.
+pub use half;
 
 /// Items the generated code uses. Not a public API: it changes without notice.
 #[doc(hidden)]
@@ -32,6 +35,25 @@ pub mod __private {
     pub use std::result::Result;
     pub use std::time::Duration;
     pub use std::vec::Vec;
+
+    /// Checks, at launch, that a rooted stage's root is a rank of its group.
+    pub fn check_root(
+        group: &'static str,
+        size: usize,
+        stage: &'static str,
+        root: usize,
+    ) -> Result<(), Error> {
+        if root < size {
+            Ok(())
+        } else {
+            Err(Error::RootOutOfRange {
+                group,
+                stage,
+                root,
+                size,
+            })
+        }
+    }
 
     /// Checks that groups whose values are zipped into one output have the same size.
     pub fn same_size(groups: &[(&'static str, usize)]) -> Result<(), Error> {

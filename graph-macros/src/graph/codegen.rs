@@ -8,6 +8,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
 use super::ir::{Graph, OpKind, Place, ValueId};
+use super::ops::{CollectiveSpec, Kind, OpName, Root};
 use super::parse::GraphDef;
 
 const RT: &str = "::actorgraph::__private";
@@ -61,7 +62,12 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         let (n, field, step) = (&d.name, group_field(&d.name), step_name(&d.name));
         let s = n.to_string();
         let stages = &d.stages;
+        // A root outside the group is an error here, before any thread starts.
+        let roots = d.roots.iter().map(|(stage, root)| {
+            quote!(#rt::check_root(#s, #n.len(), #stage, #root)?;)
+        });
         quote! {
+            #(#roots)*
             let #field = #rt::Group::launch(#s, #n, &backend, &[#(#stages),*], Self::#step::<__B::Comm>)?;
         }
     });
@@ -156,13 +162,15 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         g.groups.iter().map(|d| format!("`{}`", d.name)).collect::<Vec<_>>().join(", ")
     );
 
+    let bounds = gather_bounds(g);
+
     quote! {
         #(#attrs)*
-        #vis struct #name {
+        #vis struct #name #bounds {
             #(#fields,)*
         }
 
-        impl #name {
+        impl #name #bounds {
             /// The actor groups of this graph, in declaration order.
             pub const GROUPS: &'static [&'static str] = &[#(#group_names),*];
 
@@ -223,6 +231,55 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             #(#steps)*
         }
     }
+}
+
+/// `where T: Gather, ..` for every value of an `allgather`, each predicate at the user's
+/// argument. The output type `<T as Gather>::Gathered` appears in the struct and in every
+/// signature; without the bound, a `T` that cannot be gathered would get an error at each
+/// of them. With it, rustc reports the unsatisfied bound once (the struct's and the impl's
+/// are identical diagnostics, deduplicated) and checks the rest assuming it.
+fn gather_bounds(g: &Graph) -> TokenStream {
+    let preds: Vec<TokenStream> = g
+        .ops
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OpKind::Collective {
+                spec,
+                args,
+                arg_spans,
+                ..
+            } if spec.kind == Kind::Gather => Some(args.iter().zip(arg_spans)),
+            _ => None,
+        })
+        .flatten()
+        .map(|(&v, &span)| {
+            let ty = &g.values[v].ty;
+            respan(quote!(#ty: ::actorgraph::Gather), span)
+        })
+        .collect();
+    if preds.is_empty() {
+        quote!()
+    } else {
+        quote!(where #(#preds),*)
+    }
+}
+
+/// `tokens` with every token located at `at` (keeping each token's hygiene), so that a
+/// diagnostic about any part of them points at `at`.
+fn respan(tokens: TokenStream, at: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tt| {
+            if let proc_macro2::TokenTree::Group(g) = &tt {
+                let mut inner = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), at));
+                inner.set_span(g.span().located_at(at));
+                tt = proc_macro2::TokenTree::Group(inner);
+            } else {
+                tt.set_span(tt.span().located_at(at));
+            }
+            tt
+        })
+        .collect()
 }
 
 fn field_names_for_ready(g: &Graph) -> Vec<TokenStream> {
@@ -395,45 +452,27 @@ fn step_fn(g: &Graph, p: &GroupPlan) -> TokenStream {
             OpKind::Collective {
                 spec,
                 op: reduce,
+                root,
                 args,
                 stage,
                 span,
                 arg_spans,
             } => {
-                let idx: Vec<syn::Index> = (0..args.len()).map(syn::Index::from).collect();
                 let vals: Vec<Ident> = args
                     .iter()
                     .zip(arg_spans)
                     .map(|(&a, &s)| at_user(&g.values[a].ident, s))
                     .collect();
-                let adds = vals
-                    .iter()
-                    .zip(arg_spans)
-                    .map(|(v, s)| quote_spanned!(*s=> __st.add(&#v)));
-                let packs = vals
-                    .iter()
-                    .zip(arg_spans)
-                    .zip(&idx)
-                    .map(|((v, s), i)| quote_spanned!(*s=> __st.pack(&#v, __slots.#i);));
-                let outputs = vals
-                    .iter()
-                    .zip(arg_spans)
-                    .zip(&idx)
-                    .map(|((v, s), i)| quote_spanned!(*s=> __st.output(&#v, __slots.#i)));
-                let collective = collective_expr(
-                    spec.name,
-                    reduce.as_ref().map_or(("Sum", *span), |o| (o.name, o.span)),
-                );
-                quote! {
-                    let (#(#outs,)*) = {
-                        let mut __st = __ctx.stage(#stage);
-                        let __slots = (#(#adds,)*);
-                        __st.prepare();
-                        #(#packs)*
-                        __st.run(#collective)?;
-                        (#(#outputs,)*)
-                    };
-                }
+                let collective = collective_expr(spec, reduce.as_ref(), root.as_ref(), *span);
+                stage_code(
+                    spec.kind,
+                    *stage,
+                    &outs,
+                    &vals,
+                    arg_spans,
+                    &collective,
+                    root.as_ref(),
+                )
             }
             OpKind::Tuple { parts } => {
                 let parts: Vec<TokenStream> = parts.iter().map(|&v| take(v, &mut reads)).collect();
@@ -482,16 +521,94 @@ fn at_user(ident: &Ident, at: Span) -> Ident {
     ident
 }
 
-/// The runtime's description of a collective; `op` is the reduce op as written, or the
-/// default at the collective's span.
-fn collective_expr(name: &str, (op, span): (&str, Span)) -> TokenStream {
+/// One fused stage of a step: lay the values out, pack them, run the collective, and take
+/// the results. Every call that names a value is spanned at the user's argument and bound
+/// by the one trait this kind of collective needs, so that a value of a type that cannot go
+/// through it gets exactly one error, there.
+fn stage_code(
+    kind: Kind,
+    stage: usize,
+    outs: &[&Ident],
+    vals: &[Ident],
+    spans: &[Span],
+    collective: &TokenStream,
+    root: Option<&Root>,
+) -> TokenStream {
+    let idx = (0..vals.len()).map(syn::Index::from);
+    let mut adds = Vec::new();
+    let mut packs = Vec::new();
+    let mut outputs = Vec::new();
+    for ((v, &s), i) in vals.iter().zip(spans).zip(idx) {
+        // Every token of these calls carries the user's span: rustc puts a failed bound
+        // at the method's name, and dedups identical bounds at one span into one error.
+        let (add, pack) = match kind {
+            Kind::InPlace | Kind::Rooted => (quote_spanned!(s=> add), quote_spanned!(s=> pack)),
+            Kind::Gather => (
+                quote_spanned!(s=> fused().add_gather),
+                quote_spanned!(s=> fused().pack_gather),
+            ),
+            Kind::Scatter => (
+                quote_spanned!(s=> fused().add_scatter),
+                quote_spanned!(s=> fused().pack_scatter),
+            ),
+        };
+        adds.push(quote_spanned!(s=> __st.#add(&#v)));
+        packs.push(quote_spanned!(s=> __st.#pack(&#v, __slots.#i);));
+        outputs.push(match (kind, root) {
+            (Kind::InPlace, _) => quote_spanned!(s=> __st.output(&#v, __slots.#i)),
+            (Kind::Gather, _) => quote_spanned!(s=> __st.fused().output_gathered(&#v, __slots.#i)),
+            (Kind::Scatter, _) => {
+                quote_spanned!(s=> __st.fused().output_scattered(&#v, __slots.#i))
+            }
+            (Kind::Rooted, Some(r)) => {
+                let rank = r.rank;
+                quote_spanned!(s=> __st.fused().output_rooted(&#v, __slots.#i, #rank))
+            }
+            (Kind::Rooted, None) => {
+                quote!(::core::compile_error!(
+                    "actorgraph: a rooted collective without a root"
+                ))
+            }
+        });
+    }
+    quote! {
+        let (#(#outs,)*) = {
+            let mut __st = __ctx.stage(#stage);
+            let __slots = (#(#adds,)*);
+            __st.prepare();
+            #(#packs)*
+            __st.run(#collective)?;
+            (#(#outputs,)*)
+        };
+    }
+}
+
+/// The runtime's description of a collective: the reduce op as written (or `Sum` at the
+/// collective's span) and the root as written.
+fn collective_expr(
+    spec: &CollectiveSpec,
+    op: Option<&OpName>,
+    root: Option<&Root>,
+    span: Span,
+) -> TokenStream {
     let rt = rt();
-    match name {
-        "allreduce" => {
-            let op = Ident::new(op, span);
-            quote!(#rt::Collective::AllReduce(#rt::ReduceOp::#op))
-        }
-        other => {
+    let op = {
+        let op = op.map_or_else(|| Ident::new("Sum", span), |o| Ident::new(o.name, o.span));
+        quote!(#rt::ReduceOp::#op)
+    };
+    let root = root.map(|r| {
+        let lit = proc_macro2::Literal::usize_unsuffixed(r.rank);
+        let mut lit = lit;
+        lit.set_span(r.span);
+        quote!(#lit)
+    });
+    match (spec.name, root) {
+        ("allreduce", _) => quote!(#rt::Collective::AllReduce(#op)),
+        ("allgather", _) => quote!(#rt::Collective::AllGather),
+        ("reducescatter", _) => quote!(#rt::Collective::ReduceScatter(#op)),
+        ("broadcast", Some(root)) => quote!(#rt::Collective::Broadcast { root: #root }),
+        ("reduce", Some(root)) => quote!(#rt::Collective::Reduce { op: #op, root: #root }),
+        (other, _) => {
             let msg = format!("actorgraph: collective `{other}` has no code generation");
             quote!(::core::compile_error!(#msg))
         }

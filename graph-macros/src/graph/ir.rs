@@ -8,7 +8,7 @@ use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
-use super::ops::{self, CollectiveSpec, OpName, REDUCE_OPS};
+use super::ops::{self, CollectiveSpec, Kind, OpName, Param, Root, REDUCE_OPS};
 use super::parse::GraphDef;
 use crate::actor::marker_module;
 use crate::diag::Diag;
@@ -31,6 +31,8 @@ pub(crate) struct GroupDecl {
     pub(crate) markers: syn::Path,
     /// The number of collective stages this group runs, and their names.
     pub(crate) stages: Vec<String>,
+    /// The rooted stages' names and roots, checked against the group's size at launch.
+    pub(crate) roots: Vec<(String, usize)>,
 }
 
 pub(crate) struct InputDecl {
@@ -72,6 +74,7 @@ pub(crate) enum OpKind {
     Collective {
         spec: &'static CollectiveSpec,
         op: Option<OpName>,
+        root: Option<Root>,
         args: Vec<ValueId>,
         /// The user's expression for each argument, for error spans.
         arg_spans: Vec<Span>,
@@ -203,6 +206,7 @@ impl Lowerer<'_> {
                         actor,
                         markers,
                         stages: Vec::new(),
+                        roots: Vec::new(),
                     });
                     self.declare(&p.name, Binding::Group(idx));
                 }
@@ -583,24 +587,25 @@ impl Lowerer<'_> {
         };
         let mut args = c.args.iter();
         let Some(first) = args.next() else {
-            self.diag.error_at(c, format!("`{fname}` takes a value or a list of values: `{fname}(x)` or `{fname}([a, b])`"));
+            self.diag.error_at(
+                c,
+                format!(
+                    "`{fname}` takes a value or a list of values: {}",
+                    spec.usage
+                ),
+            );
             return None;
         };
-        let op = if spec.takes_op {
-            args.next().and_then(|a| self.reduce_op(a))
-        } else {
-            None
-        };
-        for extra in args {
-            self.diag
-                .error_at(extra, format!("unexpected argument to `{fname}`"));
-        }
+        let (op, root, params_ok) = self.collective_params(spec, c, args);
         let (exprs, nested): (Vec<&syn::Expr>, bool) = match first {
             syn::Expr::Array(a) => {
                 if a.elems.is_empty() {
                     self.diag.error_at(
                         a,
-                        format!("`{fname}([])` has nothing to reduce; give it at least one value"),
+                        format!(
+                            "`{fname}([])` has nothing to {}; give it at least one value",
+                            spec.verb
+                        ),
                     );
                     return None;
                 }
@@ -650,22 +655,24 @@ impl Lowerer<'_> {
             }
             ins.push(v);
         }
-        let (group, _) = group.filter(|_| ok)?;
+        let (group, _) = group.filter(|_| ok && params_ok)?;
         let stage = self.groups[group].stages.len();
-        let shown: Vec<String> = exprs.iter().map(|e| show(e)).collect();
-        let mut name = if nested {
-            format!("{fname}([{}])", shown.join(", "))
-        } else {
-            format!("{fname}({})", shown.join(", "))
-        };
-        if let Some(op) = &op {
-            name = format!("{}, {})", &name[..name.len() - 1], op.name);
+        let mut shown: Vec<String> = exprs.iter().map(|e| show(e)).collect();
+        if nested {
+            shown = vec![format!("[{}]", shown.join(", "))];
+        }
+        shown.extend(op.iter().map(|o| o.name.to_string()));
+        shown.extend(root.iter().map(|r| r.rank.to_string()));
+        let name = format!("{fname}({})", shown.join(", "));
+        if let Some(root) = &root {
+            self.groups[group].roots.push((name.clone(), root.rank));
         }
         self.groups[group].stages.push(name);
         let outs: Vec<ValueId> = ins
             .iter()
-            .map(|&v| {
-                let ty = self.values[v].ty.clone();
+            .zip(&exprs)
+            .map(|(&v, e)| {
+                let ty = output_type(spec.kind, &self.values[v].ty, e.span());
                 self.new_value(None, Place::Group(group), ty)
             })
             .collect();
@@ -677,6 +684,7 @@ impl Lowerer<'_> {
             kind: OpKind::Collective {
                 spec,
                 op,
+                root,
                 args: ins,
                 arg_spans: exprs.iter().map(|e| e.span()).collect(),
                 stage,
@@ -689,6 +697,94 @@ impl Lowerer<'_> {
         } else {
             Lowered::One(outs[0])
         })
+    }
+
+    /// The arguments after the values: a reduce op and/or a root, as the collective takes
+    /// them. Reports every problem; the flag says whether there was none.
+    fn collective_params<'e>(
+        &mut self,
+        spec: &CollectiveSpec,
+        call: &syn::ExprCall,
+        mut args: impl Iterator<Item = &'e syn::Expr>,
+    ) -> (Option<OpName>, Option<Root>, bool) {
+        let fname = spec.name;
+        let (mut op, mut root, mut ok) = (None, None, true);
+        for param in spec.params {
+            let arg = args.next();
+            match (param, arg) {
+                (Param::Op { .. }, Some(a)) => {
+                    op = self.reduce_op(a);
+                    ok &= op.is_some();
+                }
+                (Param::Root, Some(a)) => {
+                    root = self.root(spec, a);
+                    ok &= root.is_some();
+                }
+                (Param::Op { required: false }, None) => {}
+                (Param::Op { required: true }, None) => {
+                    self.diag.error_at(
+                        call,
+                        format!("`{fname}` needs a reduce op and a root: {}", spec.usage),
+                    );
+                    return (None, None, false);
+                }
+                (Param::Root, None) => {
+                    self.diag.error_at(
+                        call,
+                        format!(
+                            "`{fname}` needs a root, the rank whose value it {}: {}",
+                            if spec.kind == Kind::Rooted {
+                                "gets"
+                            } else {
+                                "sends"
+                            },
+                            spec.usage
+                        ),
+                    );
+                    return (None, None, false);
+                }
+            }
+        }
+        for extra in args {
+            ok = false;
+            if !spec.takes_op() && looks_like_op(extra) {
+                self.diag.error_at(
+                    extra,
+                    format!(
+                        "`{fname}` takes no reduce op: it moves values without combining them; write {}",
+                        spec.usage
+                    ),
+                );
+            } else {
+                self.diag
+                    .error_at(extra, format!("unexpected argument to `{fname}`"));
+            }
+        }
+        (op, root, ok)
+    }
+
+    fn root(&mut self, spec: &CollectiveSpec, e: &syn::Expr) -> Option<Root> {
+        if let syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(lit),
+            ..
+        }) = e
+        {
+            if let Ok(rank) = lit.base10_parse::<usize>() {
+                return Some(Root {
+                    rank,
+                    span: lit.span(),
+                });
+            }
+        }
+        self.diag.error_at(
+            e,
+            format!(
+                "the root of `{}` is a rank, written as an integer literal such as `0`, not `{}`",
+                spec.name,
+                show(e)
+            ),
+        );
+        None
     }
 
     fn reduce_op(&mut self, e: &syn::Expr) -> Option<OpName> {
@@ -723,6 +819,28 @@ impl Lowerer<'_> {
     }
 }
 
+/// Whether an argument is written like a reduce op (`Sum`, `ReduceOp::Sum`).
+fn looks_like_op(e: &syn::Expr) -> bool {
+    match e {
+        syn::Expr::Path(p) => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| REDUCE_OPS.iter().any(|&op| s.ident == op)),
+        _ => false,
+    }
+}
+
+/// The type a collective of `kind` makes of a value of type `ty`, spanned at the user's
+/// argument so that a type that cannot go through it gets its error there.
+fn output_type(kind: Kind, ty: &TokenStream, at: Span) -> TokenStream {
+    match kind {
+        Kind::InPlace | Kind::Scatter => ty.clone(),
+        Kind::Gather => quote_spanned!(at=> <#ty as ::actorgraph::Gather>::Gathered),
+        Kind::Rooted => quote!(::core::option::Option<#ty>),
+    }
+}
+
 fn actor_path(ty: &syn::Type) -> Option<syn::Path> {
     match ty {
         syn::Type::Path(p) if p.qself.is_none() && p.path.segments.last()?.arguments.is_none() => {
@@ -736,6 +854,7 @@ fn actor_path(ty: &syn::Type) -> Option<syn::Path> {
 fn show(e: &syn::Expr) -> String {
     let s = quote!(#e).to_string();
     s.replace(" . ", ".")
+        .replace("- ", "-")
         .replace(" (", "(")
         .replace("( ", "(")
         .replace(" )", ")")

@@ -1,20 +1,30 @@
 //! The shared-memory communicator: ranks are threads of this process.
 //!
-//! A stage is three barrier epochs. (1) Every rank posts its header and the addresses of
-//! its regions, then waits at the barrier; each rank then reads every header and reaches
-//! the same verdict. (2) Reduce-scatter: rank r reduces its 1/N chunk of every region,
-//! reading the peers' buffers directly in rank order, and writes the result into its own
-//! buffer. (3) All-gather: rank r copies every other chunk from its owner. A final barrier
-//! keeps every buffer alive and unchanged until no peer reads it. Each element is reduced
-//! exactly once, by one rank, in rank order, so every rank holds bitwise-identical results.
+//! A stage is one sequence of barrier epochs over every dtype region at once. First every
+//! rank posts its header and the addresses of its regions, then waits at the barrier; each
+//! rank then reads every header and reaches the same verdict. Then the payload, reading
+//! the peers' buffers directly (no locks: the barriers order every write before the reads
+//! of it, and a final barrier keeps every buffer alive and unchanged until no peer reads it):
+//!
+//! | collective | after the header epoch | barriers |
+//! | --- | --- | --- |
+//! | allreduce | rank r reduces its 1/N chunk of every region in place, in rank order; barrier; it copies every other chunk from its owner | 3 |
+//! | reduce | the same, but only the root copies the other chunks | 3 |
+//! | reducescatter | rank r reduces its chunk of every value, in rank order, into its output region | 2 |
+//! | allgather | rank r copies every rank's part of every value into its output region | 2 |
+//! | broadcast | every rank but the root copies the root's regions over its own | 2 |
+//!
+//! Each element is reduced exactly once, by one rank, in rank order, and everything else
+//! is a copy, so every rank holds bitwise-identical results.
 
+use std::any::TypeId;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::reduce::{combine, finish, BLOCK};
+use super::reduce::{combine, finish, load, BLOCK};
 use super::{
-    agree, AbortHandle, Backend, Collective, Communicator, Header, RegionMut, SlotDesc, StageError,
-    Status,
+    agree, AbortHandle, Backend, Collective, Communicator, Disagreement, Header, RegionMut,
+    SlotDesc, StageError, Status,
 };
 use crate::element::with_dtype;
 use crate::sync::prims::AtomicUsize;
@@ -72,15 +82,33 @@ struct Shared {
 #[repr(align(128))]
 struct Padded<T>(T);
 
-/// What a rank publishes for one stage. Written before the barrier with relaxed stores;
-/// the barrier orders them before every peer's reads.
+/// What a rank publishes for one stage: the addresses of its header's slots and of its
+/// buffer table, both on its own stack or in its caller's hands for the whole stage.
+/// Written before the barrier with relaxed stores; the barrier orders them (and the data
+/// they point to) before every peer's reads.
 struct Post {
     failed: AtomicUsize,
     slots: AtomicUsize,
     nslots: AtomicUsize,
-    regions: [AtomicUsize; DType::COUNT],
-    lens: [AtomicUsize; DType::COUNT],
+    /// `*const Bufs`.
+    bufs: AtomicUsize,
 }
+
+/// One rank's regions, by dtype index.
+type Bufs = [Buf; DType::COUNT];
+
+/// One dtype's input region (its address and length in elements) and the length of its
+/// output region. The output's address is never needed by a peer: each rank writes only
+/// its own output.
+#[derive(Clone, Copy, Default)]
+struct Buf {
+    ptr: usize,
+    len: usize,
+    out_len: usize,
+}
+
+/// A length no real region has: marks a dtype passed twice, so that the check fails.
+const DUPLICATE: usize = usize::MAX;
 
 impl Post {
     fn new() -> Self {
@@ -88,13 +116,12 @@ impl Post {
             failed: AtomicUsize::new(0),
             slots: AtomicUsize::new(0),
             nslots: AtomicUsize::new(0),
-            regions: std::array::from_fn(|_| AtomicUsize::new(0)),
-            lens: std::array::from_fn(|_| AtomicUsize::new(0)),
+            bufs: AtomicUsize::new(0),
         }
     }
 
     /// # Safety
-    /// The post's slots must be published for the current stage and still alive: true
+    /// The post must be published for the current stage and its owner still in it: true
     /// between the stage's first barrier and the owner's next barrier.
     unsafe fn header(&self) -> Header<'_> {
         let ptr = self.slots.load(Relaxed) as *const SlotDesc;
@@ -114,11 +141,28 @@ impl Post {
             },
         }
     }
+
+    /// # Safety
+    /// As for [`Post::header`].
+    unsafe fn bufs(&self) -> &Bufs {
+        // SAFETY: the owner published the address of its `Bufs`, which lives on its stack
+        // until its stage returns, after the stage's last barrier (see above).
+        unsafe { &*(self.bufs.load(Relaxed) as *const Bufs) }
+    }
 }
 
 impl CpuComm {
     fn post(&self, q: usize) -> &Post {
         &self.shared.posts[q].0[self.round & 1]
+    }
+
+    /// Rank `q`'s buffer of dtype `d`.
+    ///
+    /// # Safety
+    /// Between this stage's first barrier and its last.
+    unsafe fn buf(&self, q: usize, d: DType) -> Buf {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.post(q).bufs()[d.index()] }
     }
 }
 
@@ -136,56 +180,94 @@ impl Communicator for CpuComm {
         header: &Header<'_>,
         collective: Collective,
         regions: &mut [RegionMut<'_>],
+        outputs: &mut [RegionMut<'_>],
     ) -> Result<(), StageError> {
-        if self.size == 1 {
-            agree(1, |_| *header).map_err(StageError::Disagreed)?;
-            let Collective::AllReduce(op) = collective;
-            for region in regions.iter_mut() {
-                with_dtype!(region.dtype(), E => {
-                    let (ptr, len) = (region.as_mut_ptr().cast::<E>(), region.len());
-                    // SAFETY: `ptr`/`len` come from the `&mut` slice in `region`.
-                    finish(unsafe { std::slice::from_raw_parts_mut(ptr, len) }, op, 1)
-                });
-            }
-            return Ok(());
+        // Our table of buffers: peers read it through the post until our last barrier,
+        // which we pass before this frame ends.
+        let mut bufs: Bufs = [Buf::default(); DType::COUNT];
+        for region in regions.iter_mut() {
+            let b = &mut bufs[region.dtype().index()];
+            b.len = if b.ptr != 0 { DUPLICATE } else { region.len() };
+            b.ptr = region.as_mut_ptr() as usize;
         }
+        let mut out_ptrs = [std::ptr::null_mut::<u8>(); DType::COUNT];
+        for out in outputs.iter_mut() {
+            let d = out.dtype().index();
+            bufs[d].out_len = if out_ptrs[d].is_null() {
+                out.len()
+            } else {
+                DUPLICATE
+            };
+            out_ptrs[d] = out.as_mut_ptr();
+        }
+
         self.round = self.round.wrapping_add(1);
         let mine = self.post(self.rank);
         mine.failed
             .store(usize::from(header.status == Status::Failed), Relaxed);
         mine.slots.store(header.slots.as_ptr() as usize, Relaxed);
         mine.nslots.store(header.slots.len(), Relaxed);
-        for d in 0..DType::COUNT {
-            mine.regions[d].store(0, Relaxed);
-            mine.lens[d].store(0, Relaxed);
-        }
-        for region in regions.iter_mut() {
-            let d = region.dtype().index();
-            mine.regions[d].store(region.as_mut_ptr() as usize, Relaxed);
-            mine.lens[d].store(region.len(), Relaxed);
-        }
+        mine.bufs.store(&bufs as *const Bufs as usize, Relaxed);
         self.wait()?;
 
         // SAFETY: every rank posted for this round before the barrier we just passed, and
         // keeps its post and slots until it passes its next barrier.
-        let verdict = agree(self.size, |q| unsafe { self.post(q).header() });
-        let verdict = verdict.and_then(|()| self.check_regions());
+        let verdict = agree(self.size, collective, |q| unsafe { self.post(q).header() });
         verdict.map_err(StageError::Disagreed)?;
-
-        let Collective::AllReduce(op) = collective;
-        for d in DType::ALL {
-            if self.post(self.rank).lens[d.index()].load(Relaxed) > 0 {
-                // SAFETY: the verdict says every rank posted a region of this dtype and
-                // length; chunk `rank` is read and written only by us in this phase.
-                with_dtype!(d, E => unsafe { self.reduce_scatter::<E>(d, op) });
-            }
+        // SAFETY: as above; every rank keeps its buffer table (on its stack) until its last
+        // barrier of this stage, which it reaches only after this check.
+        if let Err(why) = unsafe { self.check_buffers(header, collective) } {
+            // Every rank reaches this verdict, but a slower peer may still be reading our
+            // table: return only once every rank is done with the check.
+            self.wait()?;
+            return Err(StageError::Disagreed(why));
         }
-        self.wait()?;
-        for d in DType::ALL {
-            if self.post(self.rank).lens[d.index()].load(Relaxed) > 0 {
-                // SAFETY: chunk q of every buffer is final after the barrier and nobody
-                // writes it in this phase; we write only chunks we do not own.
-                with_dtype!(d, E => unsafe { self.all_gather::<E>(d) });
+
+        // From here on, the verdict says every rank posted, for each dtype, an input region
+        // of the length its slots add up to and an output region of the length the
+        // collective needs, all alive until the stage's last barrier.
+        match collective {
+            Collective::AllReduce(op) | Collective::Reduce { op, .. } => {
+                for d in DType::ALL.into_iter().filter(|d| bufs[d.index()].len > 0) {
+                    // SAFETY: see above; in this phase chunk `rank` of every region is
+                    // read only by us, and we write only chunk `rank` of our own.
+                    with_dtype!(d, E => unsafe { self.reduce_own_chunk::<E>(d, op) });
+                }
+                self.wait()?;
+                let root = collective.root();
+                if root.is_none() || root == Some(self.rank) {
+                    for d in DType::ALL.into_iter().filter(|d| bufs[d.index()].len > 0) {
+                        // SAFETY: see above; every chunk is final after the barrier and
+                        // read-only now; we write only our own region.
+                        unsafe { self.gather_chunks(d) };
+                    }
+                }
+            }
+            Collective::ReduceScatter(op) => {
+                for (slot, offset) in slot_offsets(header.slots).filter(|(s, _)| s.len > 0) {
+                    let out = out_ptrs[slot.dtype.index()];
+                    // SAFETY: see above; inputs are read-only in this phase, and each rank
+                    // writes only its own output region.
+                    with_dtype!(slot.dtype, E => unsafe {
+                        self.reduce_scatter_slot::<E>(slot, offset, out.cast(), op)
+                    });
+                }
+            }
+            Collective::AllGather => {
+                for (slot, offset) in slot_offsets(header.slots).filter(|(s, _)| s.len > 0) {
+                    let out = out_ptrs[slot.dtype.index()];
+                    // SAFETY: as for ReduceScatter.
+                    unsafe { self.gather_slot(slot, offset, out) };
+                }
+            }
+            Collective::Broadcast { root } => {
+                if root != self.rank {
+                    for d in DType::ALL.into_iter().filter(|d| bufs[d.index()].len > 0) {
+                        // SAFETY: see above; nobody writes the root's regions, and only we
+                        // touch ours in this phase.
+                        unsafe { self.copy_region_from(root, d) };
+                    }
+                }
             }
         }
         self.wait()
@@ -197,22 +279,68 @@ impl Communicator for CpuComm {
     }
 }
 
+/// Each slot with its offset in its dtype's region (the values of a dtype lie back to back
+/// in bucket order).
+fn slot_offsets(slots: &[SlotDesc]) -> impl Iterator<Item = (SlotDesc, usize)> + '_ {
+    let mut next = [0usize; DType::COUNT];
+    slots.iter().map(move |&s| {
+        let at = &mut next[s.dtype.index()];
+        let offset = *at;
+        *at += s.len;
+        (s, offset)
+    })
+}
+
 impl CpuComm {
     fn wait(&self) -> Result<(), StageError> {
+        // Alone, there is nobody to wait for: a group of one runs the same code, barriers
+        // aside (as before, a group of one cannot be aborted mid-stage either).
+        if self.size == 1 {
+            return Ok(());
+        }
         self.shared.barrier.wait().map_err(|_| StageError::Aborted)
     }
 
-    /// The slot agreement implies equal regions; this guards the communicator itself
-    /// against a caller whose regions do not match its slots.
-    fn check_regions(&self) -> Result<(), super::Disagreement> {
-        for d in 0..DType::COUNT {
-            let want = self.post(0).lens[d].load(Relaxed);
-            if (1..self.size).any(|q| self.post(q).lens[d].load(Relaxed) != want) {
-                return Err(super::Disagreement::BucketSize {
-                    counts: (0..self.size)
-                        .map(|q| self.post(q).lens[d].load(Relaxed))
-                        .collect(),
-                });
+    /// Checks every rank's buffers against the agreed slots, so that the payload never
+    /// reads or writes out of bounds whatever the caller passed. Every rank checks every
+    /// rank's buffers, so the verdict is the same everywhere.
+    ///
+    /// # Safety
+    /// Between this stage's first barrier and its last.
+    unsafe fn check_buffers(
+        &self,
+        header: &Header<'_>,
+        collective: Collective,
+    ) -> Result<(), Disagreement> {
+        let mut want = [0usize; DType::COUNT];
+        for s in header.slots {
+            let sum = &mut want[s.dtype.index()];
+            *sum = sum
+                .checked_add(s.len)
+                .ok_or_else(|| Disagreement::Buffers {
+                    reason: format!(
+                        "the {} slots add up to more than usize::MAX elements",
+                        s.dtype
+                    ),
+                })?;
+        }
+        for d in DType::ALL {
+            let len = want[d.index()];
+            let out_len = match collective.output_len(len, self.size) {
+                Some(n) if collective.has_outputs() && len > 0 => n,
+                _ => 0,
+            };
+            for q in 0..self.size {
+                // SAFETY: forwarded to the caller.
+                let b = unsafe { self.buf(q, d) };
+                if b.len != len || b.out_len != out_len {
+                    return Err(Disagreement::Buffers {
+                        reason: format!(
+                            "rank {q} passed a {d} region of {} elements and an output of {}, where its slots need {len} and {out_len}",
+                            b.len, b.out_len
+                        ),
+                    });
+                }
             }
         }
         Ok(())
@@ -222,55 +350,156 @@ impl CpuComm {
         (len * q / self.size, len * (q + 1) / self.size)
     }
 
-    fn region<E>(&self, q: usize, d: DType) -> (*mut E, usize) {
-        let post = self.post(q);
-        (
-            post.regions[d.index()].load(Relaxed) as *mut E,
-            post.lens[d.index()].load(Relaxed),
-        )
-    }
-
+    /// Reduces `n` elements at `start` of every rank's region of dtype `d` (= `E`), in
+    /// rank order, into `dst`.
+    ///
     /// # Safety
-    /// Every rank posted a live region of dtype `d` (= `E`) with the same length, and no
-    /// one else writes chunk `self.rank` of any of them until the next barrier.
-    unsafe fn reduce_scatter<E: Element>(&self, d: DType, op: ReduceOp) {
-        let (dst, len) = self.region::<E>(self.rank, d);
-        let (lo, hi) = self.chunk(len, self.rank);
-        let mut acc = [E::default(); BLOCK];
-        let mut start = lo;
-        while start < hi {
-            let n = BLOCK.min(hi - start);
-            let acc = &mut acc[..n];
+    /// Every rank's region of `d` is live and holds `start + n` elements; nobody writes
+    /// those elements in this phase except through `dst`, which points to `n` elements
+    /// that only we use, and that may be our own region's elements at `start` (each block
+    /// is read from every rank before it is written).
+    unsafe fn reduce_range<E: Element>(
+        &self,
+        d: DType,
+        start: usize,
+        n: usize,
+        dst: *mut E,
+        op: ReduceOp,
+    ) {
+        if self.size == 1 && op != ReduceOp::Avg && TypeId::of::<E>() == TypeId::of::<E::Acc>() {
+            // Alone, with an op and a type that leave a value as it is, the result is the
+            // input bit for bit (what the kernel below would compute, without the copies).
+            // SAFETY: forwarded to the caller.
+            let src = unsafe { self.buf(0, d) }.ptr as *const E;
+            let src = src.wrapping_add(start);
+            if src != dst.cast_const() && n > 0 {
+                // SAFETY: `n` elements of our live input at `start`, and `dst`, ours alone
+                // and (being elsewhere) not overlapping them.
+                unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+            }
+            return;
+        }
+        let mut acc = [E::Acc::default(); BLOCK];
+        let mut done = 0;
+        while done < n {
+            let len = BLOCK.min(n - done);
+            let acc = &mut acc[..len];
             for q in 0..self.size {
-                let (src, _) = self.region::<E>(q, d);
-                // SAFETY: `start + n <= len` of rank q's live region; nobody writes this
-                // chunk now (we write our own copy of it only after the last read below).
-                let src = unsafe { std::slice::from_raw_parts(src.add(start), n) };
+                // SAFETY: forwarded to the caller.
+                let src = unsafe { self.buf(q, d) }.ptr as *const E;
+                // SAFETY: within rank q's live region; nobody writes it now (our own
+                // writes below come after the last read of this block).
+                let src = unsafe { std::slice::from_raw_parts(src.add(start + done), len) };
                 if q == 0 {
-                    acc.copy_from_slice(src);
+                    load(acc, src);
                 } else {
                     combine(acc, src, op);
                 }
             }
-            finish(acc, op, self.size);
-            // SAFETY: our own region, chunk `rank`: no peer reads it in this phase, and the
-            // shared slices above are no longer used.
-            unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dst.add(start), n) };
-            start += n;
+            // SAFETY: `dst + done .. + len` is ours alone, and the shared slices above are
+            // no longer used.
+            let out = unsafe { std::slice::from_raw_parts_mut(dst.add(done), len) };
+            finish(acc, op, self.size, out);
+            done += len;
         }
     }
 
+    /// Reduces chunk `rank` of every rank's region of dtype `d` into our own region.
+    ///
     /// # Safety
-    /// Every rank's chunk of its own region of dtype `d` (= `E`) is final and nobody writes
-    /// it until the next barrier.
-    unsafe fn all_gather<E: Element>(&self, d: DType) {
-        let (dst, len) = self.region::<E>(self.rank, d);
+    /// Every rank posted a live region of `d` (= `E`) of the same length, and no one else
+    /// writes or reads chunk `self.rank` of our region in this phase.
+    unsafe fn reduce_own_chunk<E: Element>(&self, d: DType, op: ReduceOp) {
+        // SAFETY: forwarded to the caller.
+        let own = unsafe { self.buf(self.rank, d) };
+        let (lo, hi) = self.chunk(own.len, self.rank);
+        let dst = (own.ptr as *mut E).wrapping_add(lo);
+        // SAFETY: forwarded to the caller; `dst` is our own chunk.
+        unsafe { self.reduce_range::<E>(d, lo, hi - lo, dst, op) };
+    }
+
+    /// Copies every other rank's chunk of its region of dtype `d` into ours.
+    ///
+    /// # Safety
+    /// Every rank's chunk of its own region of `d` is final and nobody writes it until the
+    /// next barrier; nobody reads our region outside our chunk in this phase.
+    unsafe fn gather_chunks(&self, d: DType) {
+        // SAFETY: forwarded to the caller.
+        let own = unsafe { self.buf(self.rank, d) };
         for q in (0..self.size).filter(|&q| q != self.rank) {
-            let (src, _) = self.region::<E>(q, d);
-            let (lo, hi) = self.chunk(len, q);
+            // SAFETY: forwarded to the caller.
+            let src = unsafe { self.buf(q, d) }.ptr as *const u8;
+            let (lo, hi) = self.chunk(own.len, q);
+            let (lo, n) = (lo * d.size(), (hi - lo) * d.size());
             // SAFETY: chunk q of rank q's region is final and read-only in this phase; we
             // are the only writer of our own region outside our chunk.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(lo), dst.add(lo), hi - lo) };
+            unsafe { std::ptr::copy_nonoverlapping(src.add(lo), (own.ptr as *mut u8).add(lo), n) };
+        }
+    }
+
+    /// Overwrites our region of dtype `d` with rank `root`'s.
+    ///
+    /// # Safety
+    /// Every rank posted a live region of `d` of the same length; nobody writes the root's
+    /// region or reads ours in this phase.
+    unsafe fn copy_region_from(&self, root: usize, d: DType) {
+        // SAFETY: forwarded to the caller.
+        let (own, src) = unsafe { (self.buf(self.rank, d), self.buf(root, d)) };
+        if own.len > 0 {
+            // SAFETY: two distinct live regions of `own.len` (> 0) elements of dtype `d`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.ptr as *const u8,
+                    own.ptr as *mut u8,
+                    own.len * d.size(),
+                )
+            };
+        }
+    }
+
+    /// Reduces our chunk of one value into our output region.
+    ///
+    /// # Safety
+    /// Every rank's input region of the slot's dtype (= `E`) is live, read-only in this
+    /// phase and holds the slot at `offset`; `out` is our output region of that dtype,
+    /// `1/N` of the input long; the slot's length divides by N.
+    unsafe fn reduce_scatter_slot<E: Element>(
+        &self,
+        slot: SlotDesc,
+        offset: usize,
+        out: *mut E,
+        op: ReduceOp,
+    ) {
+        let chunk = slot.len / self.size;
+        let start = offset + self.rank * chunk;
+        let dst = out.wrapping_add(offset / self.size);
+        // SAFETY: forwarded to the caller; `dst` is in our output region, which no one
+        // else touches.
+        unsafe { self.reduce_range::<E>(slot.dtype, start, chunk, dst, op) };
+    }
+
+    /// Copies every rank's part of one value into our output region, in rank order.
+    ///
+    /// # Safety
+    /// Every rank's input region of the slot's dtype is live, read-only in this phase and
+    /// holds the slot at `offset`; `out` is our output region of that dtype, N times the
+    /// input long.
+    unsafe fn gather_slot(&self, slot: SlotDesc, offset: usize, out: *mut u8) {
+        let size = slot.dtype.size();
+        let part = slot.len * size;
+        let base = offset * self.size * size;
+        for q in 0..self.size {
+            // SAFETY: forwarded to the caller.
+            let src = unsafe { self.buf(q, slot.dtype) }.ptr as *const u8;
+            // SAFETY: the slot lies within rank q's input region; its place in our output
+            // region is `N * offset + q * len` elements, within the output's length.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.add(offset * size),
+                    out.add(base + q * part),
+                    part,
+                )
+            };
         }
     }
 }
@@ -281,31 +510,40 @@ mod tests {
     use crate::comm::reduce::reduce_reference;
     use crate::comm::Disagreement;
 
-    /// Runs one allreduce stage over `inputs[rank]` on `inputs.len()` threads.
-    fn run<E: Element>(inputs: Vec<Vec<E>>, op: ReduceOp) -> Vec<Vec<E>> {
+    /// Runs one in-place stage over `inputs[rank]` on `inputs.len()` threads.
+    fn run<E: Element>(inputs: Vec<Vec<E>>, collective: Collective) -> Vec<Vec<E>> {
         let comms = Cpu.communicators(inputs.len()).unwrap();
         let threads: Vec<_> = comms
             .into_iter()
             .zip(inputs)
             .map(|(mut comm, mut data)| {
                 std::thread::spawn(move || {
-                    let slots = [SlotDesc {
-                        dtype: E::DTYPE,
-                        len: data.len(),
-                    }];
+                    let slots = [SlotDesc::flat(E::DTYPE, data.len())];
                     let header = Header {
                         status: Status::Ok,
                         slots: &slots,
                     };
                     let mut regions = [E::region_mut(&mut data)];
-                    comm.stage(&header, Collective::AllReduce(op), &mut regions)
-                        .unwrap();
+                    let regions = if slots[0].len == 0 {
+                        &mut regions[..0]
+                    } else {
+                        &mut regions[..]
+                    };
+                    comm.stage(&header, collective, regions, &mut []).unwrap();
                     data
                 })
             })
             .collect();
         threads.into_iter().map(|t| t.join().unwrap()).collect()
     }
+
+    const OPS: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+    ];
 
     #[test]
     fn matches_the_reference_bit_for_bit() {
@@ -318,22 +556,68 @@ mod tests {
                             .collect()
                     })
                     .collect();
-                for op in [
-                    ReduceOp::Sum,
-                    ReduceOp::Prod,
-                    ReduceOp::Min,
-                    ReduceOp::Max,
-                    ReduceOp::Avg,
-                ] {
+                for op in OPS {
                     let srcs: Vec<&[f32]> = inputs.iter().map(|v| v.as_slice()).collect();
                     let want = reduce_reference(&srcs, op);
-                    for got in run(inputs.clone(), op) {
+                    for got in run(inputs.clone(), Collective::AllReduce(op)) {
                         let got: Vec<u32> = got.iter().map(|x| x.to_bits()).collect();
                         let want: Vec<u32> = want.iter().map(|x| x.to_bits()).collect();
                         assert_eq!(got, want, "n={n} len={len} op={op:?}");
                     }
+                    let reduced = run(inputs.clone(), Collective::Reduce { op, root: n - 1 });
+                    assert_eq!(reduced[n - 1], want, "reduce n={n} len={len} op={op:?}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn broadcast_copies_the_root_everywhere() {
+        let inputs: Vec<Vec<u8>> = (0..4).map(|r| vec![r as u8; 5]).collect();
+        for got in run(inputs, Collective::Broadcast { root: 2 }) {
+            assert_eq!(got, vec![2u8; 5]);
+        }
+    }
+
+    #[test]
+    fn a_root_out_of_range_is_refused_on_every_rank() {
+        let comms = Cpu.communicators(2).unwrap();
+        let threads: Vec<_> = comms
+            .into_iter()
+            .map(|mut comm| {
+                std::thread::spawn(move || {
+                    let header = Header {
+                        status: Status::Ok,
+                        slots: &[],
+                    };
+                    comm.stage(&header, Collective::Broadcast { root: 2 }, &mut [], &mut [])
+                })
+            })
+            .collect();
+        for t in threads {
+            match t.join().unwrap() {
+                Err(StageError::Disagreed(Disagreement::Root { root: 2, size: 2 })) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn buffers_that_do_not_match_the_slots_are_refused() {
+        let comms = Cpu.communicators(1).unwrap();
+        for mut comm in comms {
+            let mut data = vec![1.0f64; 3];
+            let slots = [SlotDesc::flat(DType::F64, 4)];
+            let header = Header {
+                status: Status::Ok,
+                slots: &slots,
+            };
+            let mut regions = [f64::region_mut(&mut data)];
+            let r = comm.stage(&header, Collective::AllGather, &mut regions, &mut []);
+            assert!(matches!(
+                r,
+                Err(StageError::Disagreed(Disagreement::Buffers { .. }))
+            ));
         }
     }
 
@@ -346,16 +630,18 @@ mod tests {
             .map(|(rank, mut comm)| {
                 std::thread::spawn(move || {
                     let mut data = vec![1i64; 10 * (rank + 1)];
-                    let slots = [SlotDesc {
-                        dtype: DType::I64,
-                        len: data.len(),
-                    }];
+                    let slots = [SlotDesc::flat(DType::I64, data.len())];
                     let header = Header {
                         status: Status::Ok,
                         slots: &slots,
                     };
                     let mut regions = [i64::region_mut(&mut data)];
-                    let r = comm.stage(&header, Collective::AllReduce(ReduceOp::Sum), &mut regions);
+                    let r = comm.stage(
+                        &header,
+                        Collective::AllReduce(ReduceOp::Sum),
+                        &mut regions,
+                        &mut [],
+                    );
                     (r, data)
                 })
             })
@@ -370,5 +656,70 @@ mod tests {
             }
             assert!(data.iter().all(|&x| x == 1), "payload must not run");
         }
+    }
+}
+
+/// Model checks of the two-epoch stages (run by `.ci/run` with `--cfg loom`): under every
+/// interleaving, an `allgather` and a `reducescatter` over two ranks finish with the right
+/// results, reading the peers' inputs only while they are alive and unchanged.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::thread;
+
+    use super::*;
+
+    /// Two ranks run one stage with outputs: rank r's input is `[r + 1; 2]`.
+    fn output_pair(collective: Collective) -> Vec<(Result<(), StageError>, Vec<u32>)> {
+        let comms = Cpu.communicators(2).unwrap();
+        let threads: Vec<_> = comms
+            .into_iter()
+            .enumerate()
+            .map(|(rank, mut comm)| {
+                thread::spawn(move || {
+                    let mut input = vec![rank as u32 + 1; 2];
+                    let out_len = collective.output_len(2, 2).unwrap();
+                    let mut output = vec![0u32; out_len];
+                    let slots = [SlotDesc::flat(DType::U32, 2)];
+                    let header = Header {
+                        status: Status::Ok,
+                        slots: &slots,
+                    };
+                    let mut regions = [u32::region_mut(&mut input)];
+                    let mut outputs = [u32::region_mut(&mut output)];
+                    let r = comm.stage(&header, collective, &mut regions, &mut outputs);
+                    (r, output)
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    /// Unbounded, each model takes about 15 s on CI's two cores; with at most three
+    /// preemptions it still interleaves the two ranks' phases (post, barrier, copy,
+    /// barrier) every way, in a few seconds.
+    fn model(f: impl Fn() + Sync + Send + 'static) {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(3);
+        model.check(f);
+    }
+
+    #[test]
+    fn loom_allgather_gathers_in_rank_order() {
+        model(|| {
+            for (r, out) in output_pair(Collective::AllGather) {
+                assert!(r.is_ok());
+                assert_eq!(out, vec![1, 1, 2, 2]);
+            }
+        });
+    }
+
+    #[test]
+    fn loom_reducescatter_gives_each_rank_its_chunk() {
+        model(|| {
+            for (r, out) in output_pair(Collective::ReduceScatter(ReduceOp::Sum)) {
+                assert!(r.is_ok());
+                assert_eq!(out, vec![3]);
+            }
+        });
     }
 }

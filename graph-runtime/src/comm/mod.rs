@@ -32,11 +32,81 @@ pub enum ReduceOp {
 }
 
 /// The collective a fused stage runs over its regions.
+///
+/// Every value of a stage goes through the same collective. Where a value's result has
+/// another length than its input (`AllGather`, `ReduceScatter`), the stage hands the
+/// communicator a separate output region per dtype (see [`Communicator::stage`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Collective {
-    /// Every rank gets the element-wise reduction of every rank's buffer.
+    /// Every rank gets the element-wise reduction of every rank's values.
     AllReduce(ReduceOp),
+    /// Every rank gets, per value, the concatenation of every rank's value in rank order.
+    AllGather,
+    /// Every rank gets its 1/N contiguous chunk of each value's reduction (rank r gets
+    /// elements `[r * len / N, (r + 1) * len / N)`); each value's length along its first
+    /// dimension must be a multiple of N.
+    ReduceScatter(ReduceOp),
+    /// Every rank gets rank `root`'s values.
+    Broadcast {
+        /// The rank whose values every rank gets.
+        root: usize,
+    },
+    /// Rank `root` gets the element-wise reduction of every rank's values; the other ranks
+    /// get nothing.
+    Reduce {
+        /// How values are combined.
+        op: ReduceOp,
+        /// The rank that gets the result.
+        root: usize,
+    },
+}
+
+impl Collective {
+    /// The collective's name as `graph!` spells it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce(_) => "allreduce",
+            Collective::AllGather => "allgather",
+            Collective::ReduceScatter(_) => "reducescatter",
+            Collective::Broadcast { .. } => "broadcast",
+            Collective::Reduce { .. } => "reduce",
+        }
+    }
+
+    /// The root rank, for the collectives that have one.
+    pub const fn root(self) -> Option<usize> {
+        match self {
+            Collective::Broadcast { root } | Collective::Reduce { root, .. } => Some(root),
+            _ => None,
+        }
+    }
+
+    /// The length of the output region for an input region of `len` elements over `ranks`
+    /// ranks, for the collectives that need one (`None`: the result is written in place).
+    ///
+    /// ```
+    /// use actorgraph::{comm::Collective, ReduceOp};
+    /// assert_eq!(Collective::AllGather.output_len(6, 3), Some(18));
+    /// assert_eq!(Collective::ReduceScatter(ReduceOp::Sum).output_len(6, 3), Some(2));
+    /// assert_eq!(Collective::AllReduce(ReduceOp::Sum).output_len(6, 3), None);
+    /// ```
+    pub const fn output_len(self, len: usize, ranks: usize) -> Option<usize> {
+        match self {
+            Collective::AllGather => len.checked_mul(ranks),
+            // Divisibility is the header agreement's business; until then, round down.
+            Collective::ReduceScatter(_) => match len.checked_div(ranks) {
+                Some(n) => Some(n),
+                None => Some(0),
+            },
+            _ => None,
+        }
+    }
+
+    /// Whether the stage needs output regions separate from its packed inputs.
+    pub const fn has_outputs(self) -> bool {
+        matches!(self, Collective::AllGather | Collective::ReduceScatter(_))
+    }
 }
 
 /// Whether a rank reached a fused stage with its values, or failed before it.
@@ -48,13 +118,28 @@ pub enum Status {
     Failed,
 }
 
-/// One value of a bucket: its dtype and element count.
+/// One value of a bucket: its dtype, element count, and length along its first dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotDesc {
     /// The element type.
     pub dtype: DType,
     /// The number of elements.
     pub len: usize,
+    /// The number of rows `ReduceScatter` splits the value into: a tensor's first
+    /// dimension (1 for a 0-d tensor), a flat value's length. The other collectives ignore
+    /// it, and the ranks need not agree on it (only on `dtype` and `len`).
+    pub rows: usize,
+}
+
+impl SlotDesc {
+    /// A flat value: `rows == len`.
+    pub const fn flat(dtype: DType, len: usize) -> Self {
+        Self {
+            dtype,
+            len,
+            rows: len,
+        }
+    }
 }
 
 /// What a rank brings to a fused stage, agreed on by every rank before any payload moves.
@@ -85,6 +170,29 @@ pub enum Disagreement {
         slot: usize,
         /// Each rank's dtype and element count for it.
         counts: Vec<(DType, usize)>,
+    },
+    /// A `ReduceScatter` value cannot be split evenly over the ranks.
+    NotDivisible {
+        /// The value's position in the bucket.
+        slot: usize,
+        /// Its length along the split dimension (its rows, or its element count where the
+        /// rows divide but the elements do not), on the lowest rank where it does not divide.
+        len: usize,
+        /// The number of ranks.
+        size: usize,
+    },
+    /// The collective's root is not a rank of the group.
+    Root {
+        /// The root given.
+        root: usize,
+        /// The number of ranks.
+        size: usize,
+    },
+    /// The ranks' buffers do not match their headers (a bug in the caller of the
+    /// communicator, never in a graph's values).
+    Buffers {
+        /// What does not match.
+        reason: String,
     },
 }
 
@@ -146,21 +254,36 @@ impl std::fmt::Debug for AbortHandle {
 
 /// Decides, identically on every rank, whether a stage's payload may run.
 ///
-/// `header(q)` is rank `q`'s header. Every rank must see the same headers, so every rank
-/// reaches the same verdict.
+/// `header(q)` is rank `q`'s header. Every rank must see the same headers and the same
+/// collective, so every rank reaches the same verdict. In order, it rejects: a failed rank
+/// (the lowest), a root that is not a rank, buckets of different sizes, a slot whose dtype
+/// or length differs between ranks, and, for `ReduceScatter`, a slot whose rows or length
+/// do not divide by the number of ranks.
 ///
 /// ```
-/// use actorgraph::comm::{agree, Disagreement, Header, SlotDesc, Status};
-/// use actorgraph::DType;
-/// let a = [SlotDesc { dtype: DType::F32, len: 10 }];
-/// let b = [SlotDesc { dtype: DType::F32, len: 20 }];
+/// use actorgraph::comm::{agree, Collective, Disagreement, Header, SlotDesc, Status};
+/// use actorgraph::{DType, ReduceOp};
+/// let a = [SlotDesc::flat(DType::F32, 10)];
+/// let b = [SlotDesc::flat(DType::F32, 20)];
+/// let sum = Collective::AllReduce(ReduceOp::Sum);
 /// let headers = [Header { status: Status::Ok, slots: &a }, Header { status: Status::Ok, slots: &b }];
-/// let verdict = agree(2, |q| headers[q]);
+/// let verdict = agree(2, sum, |q| headers[q]);
 /// assert!(matches!(verdict, Err(Disagreement::Slot { slot: 0, .. })));
+///
+/// let same = [Header { status: Status::Ok, slots: &a }; 3];
+/// let verdict = agree(3, Collective::ReduceScatter(ReduceOp::Sum), |q| same[q]);
+/// assert_eq!(verdict, Err(Disagreement::NotDivisible { slot: 0, len: 10, size: 3 }));
 /// ```
-pub fn agree<'a>(size: usize, header: impl Fn(usize) -> Header<'a>) -> Result<(), Disagreement> {
+pub fn agree<'a>(
+    size: usize,
+    collective: Collective,
+    header: impl Fn(usize) -> Header<'a>,
+) -> Result<(), Disagreement> {
     if let Some(rank) = (0..size).find(|&q| header(q).status == Status::Failed) {
         return Err(Disagreement::Failed { rank });
+    }
+    if let Some(root) = collective.root().filter(|&root| root >= size) {
+        return Err(Disagreement::Root { root, size });
     }
     let first = header(0).slots;
     if (1..size).any(|q| header(q).slots.len() != first.len()) {
@@ -168,17 +291,24 @@ pub fn agree<'a>(size: usize, header: impl Fn(usize) -> Header<'a>) -> Result<()
             counts: (0..size).map(|q| header(q).slots.len()).collect(),
         });
     }
+    let key = |s: &SlotDesc| (s.dtype, s.len);
     for (slot, want) in first.iter().enumerate() {
-        if (1..size).any(|q| header(q).slots[slot] != *want) {
+        if (1..size).any(|q| key(&header(q).slots[slot]) != key(want)) {
             return Err(Disagreement::Slot {
                 slot,
-                counts: (0..size)
-                    .map(|q| {
-                        let s = header(q).slots[slot];
-                        (s.dtype, s.len)
-                    })
-                    .collect(),
+                counts: (0..size).map(|q| key(&header(q).slots[slot])).collect(),
             });
+        }
+    }
+    if let Collective::ReduceScatter(_) = collective {
+        for slot in 0..first.len() {
+            for q in 0..size {
+                let s = header(q).slots[slot];
+                let bad = [s.rows, s.len].into_iter().find(|n| n % size != 0);
+                if let Some(len) = bad {
+                    return Err(Disagreement::NotDivisible { slot, len, size });
+                }
+            }
         }
     }
     Ok(())
@@ -216,7 +346,18 @@ macro_rules! region_mut {
         }
     };
 }
-region_mut!(F32: f32, F64: f64, I8: i8, U8: u8, I32: i32, U32: u32, I64: i64, U64: u64);
+region_mut!(
+    F16: half::f16,
+    BF16: half::bf16,
+    F32: f32,
+    F64: f64,
+    I8: i8,
+    U8: u8,
+    I32: i32,
+    U32: u32,
+    I64: i64,
+    U64: u64
+);
 
 /// The per-rank endpoint of a group's collectives.
 ///
@@ -224,6 +365,21 @@ region_mut!(F32: f32, F64: f64, I8: i8, U8: u8, I32: i32, U32: u32, I64: i64, U6
 /// every rank. The communicator first agrees on the ranks' [`Header`]s (see [`agree`]); if
 /// they disagree, every rank returns [`StageError::Disagreed`] without touching the
 /// regions. Otherwise it runs the collective over every region in one launch.
+///
+/// # Layout of the regions
+///
+/// A stage packs its values into one region per dtype: the values of a dtype, in bucket
+/// order (the order of [`Header::slots`]), back to back. A value's result goes:
+/// - `AllReduce`, `Broadcast`, `Reduce`: in place, over the value's own elements (for
+///   `Reduce`, only the root's result is used);
+/// - `AllGather`: into the output region of its dtype, slot-major: a value of `len`
+///   elements at offset `o` of its input region gets `N * len` elements at offset `N * o`,
+///   rank `q`'s elements at `N * o + q * len`;
+/// - `ReduceScatter`: into the output region of its dtype, at offset `o / N`, `len / N`
+///   elements: this rank's chunk of the value's reduction.
+///
+/// An implementation may rely on this layout; [`Collective::output_len`] gives each output
+/// region's length.
 pub trait Communicator: Send + 'static {
     /// This endpoint's rank.
     fn rank(&self) -> usize;
@@ -231,12 +387,18 @@ pub trait Communicator: Send + 'static {
     fn size(&self) -> usize;
     /// Runs one fused stage: header agreement, then `collective` over every region.
     ///
-    /// `regions` holds at most one region per dtype; a failed rank passes none.
+    /// `regions` holds the packed inputs, at most one region per dtype; the in-place
+    /// collectives leave their results there. `outputs` holds, for a collective that
+    /// [has outputs](Collective::has_outputs), the output region of each dtype of
+    /// `regions`, [`Collective::output_len`] long; it is empty for the other collectives.
+    /// Empty regions are left out of both, and a failed rank passes none. An output is
+    /// written only by its own rank; peers read only inputs.
     fn stage(
         &mut self,
         header: &Header<'_>,
         collective: Collective,
         regions: &mut [RegionMut<'_>],
+        outputs: &mut [RegionMut<'_>],
     ) -> Result<(), StageError>;
 
     /// A handle that aborts this communicator's whole group (see [`AbortHandle`]). The

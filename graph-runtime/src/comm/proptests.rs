@@ -1,19 +1,25 @@
-//! Property test of the fused stage over the CPU communicator: random actor counts,
-//! bucket sizes, lengths, dtypes and ops; every value's result equals reducing that value
-//! alone with the naive reference, and every rank holds bitwise-identical results.
+//! Property tests of the fused stage over the CPU communicator, one per collective: random
+//! actor counts (1-8), bucket sizes (1-12 values), lengths (0-5000, multiples of N for
+//! `reducescatter`), dtypes (mixed in one bucket) and ops; every value's result on every
+//! rank equals what a naive reference, written here one element at a time, gives for that
+//! value alone. A deterministic test then runs every collective x dtype x op once.
 //!
 //! Floats are compared bit for bit: the communicator reduces each element once, in rank
-//! order, exactly like the reference, so there is no tolerance to document.
+//! order, in the element's accumulator, exactly like the reference, so there is no
+//! tolerance to document.
 
+use half::{bf16, f16};
 use proptest::prelude::*;
 
 use crate::bucket::{FusedStage, SlotIdx};
-use crate::comm::{reduce_reference, Backend, Collective};
+use crate::comm::{reduce_reference, Backend, Collective, CpuComm};
 use crate::{Cpu, DType, Element, ReduceOp, Tensor};
 
 /// A tensor of any dtype, so one bucket can mix them.
 #[derive(Clone, Debug)]
 enum AnyTensor {
+    F16(Tensor<f16>),
+    BF16(Tensor<bf16>),
     F32(Tensor<f32>),
     F64(Tensor<f64>),
     I8(Tensor<i8>),
@@ -24,9 +30,12 @@ enum AnyTensor {
     U64(Tensor<u64>),
 }
 
+/// Runs `$body` with `$t` bound to the tensor inside `$x`, whatever its dtype.
 macro_rules! each {
     ($x:expr, $t:ident => $body:expr) => {
         match $x {
+            AnyTensor::F16($t) => $body,
+            AnyTensor::BF16($t) => $body,
             AnyTensor::F32($t) => $body,
             AnyTensor::F64($t) => $body,
             AnyTensor::I8($t) => $body,
@@ -58,6 +67,18 @@ macro_rules! gen_float {
         }
     };
 }
+macro_rules! gen_half {
+    ($t:ty) => {
+        impl Gen for $t {
+            fn gen(x: u64) -> Self {
+                <$t>::from_f32((x % 41) as f32 / 10.0 - 2.0)
+            }
+            fn bits(self) -> u64 {
+                self.to_bits() as u64
+            }
+        }
+    };
+}
 macro_rules! gen_int {
     ($t:ty) => {
         impl Gen for $t {
@@ -70,6 +91,8 @@ macro_rules! gen_int {
         }
     };
 }
+gen_half!(f16);
+gen_half!(bf16);
 gen_float!(f32);
 gen_float!(f64);
 gen_int!(i8);
@@ -95,6 +118,8 @@ fn make<E: Gen>(seed: u64, rank: usize, slot: usize, len: usize) -> Tensor<E> {
 
 fn any_tensor(dtype: DType, seed: u64, rank: usize, slot: usize, len: usize) -> AnyTensor {
     match dtype {
+        DType::F16 => AnyTensor::F16(make(seed, rank, slot, len)),
+        DType::BF16 => AnyTensor::BF16(make(seed, rank, slot, len)),
         DType::F32 => AnyTensor::F32(make(seed, rank, slot, len)),
         DType::F64 => AnyTensor::F64(make(seed, rank, slot, len)),
         DType::I8 => AnyTensor::I8(make(seed, rank, slot, len)),
@@ -106,30 +131,75 @@ fn any_tensor(dtype: DType, seed: u64, rank: usize, slot: usize, len: usize) -> 
     }
 }
 
-fn bits<E: Gen>(t: &Tensor<E>) -> Vec<u64> {
-    t.as_slice().iter().map(|&x| x.bits()).collect()
+fn bits<E: Gen>(xs: &[E]) -> Vec<u64> {
+    xs.iter().map(|&x| x.bits()).collect()
 }
 
+/// One rank's result for one value: `None` where the collective gives this rank nothing.
+type Got = Option<Vec<u64>>;
+
 /// One rank's part: build its bucket, run the stage, return each value's result as bits.
-fn run_rank(comm: &mut crate::comm::CpuComm, values: &[AnyTensor], op: ReduceOp) -> Vec<Vec<u64>> {
+fn run_rank(comm: &mut CpuComm, values: &[AnyTensor], collective: Collective) -> Vec<Got> {
     let mut st = FusedStage::new("prop");
     st.begin();
-    let slots: Vec<SlotIdx> = values.iter().map(|v| each!(v, t => st.add(t))).collect();
+    let slots: Vec<SlotIdx> = values
+        .iter()
+        .map(|v| match collective {
+            Collective::AllGather => each!(v, t => st.add_gather(t)),
+            Collective::ReduceScatter(_) => each!(v, t => st.add_scatter(t)),
+            _ => each!(v, t => st.add(t)),
+        })
+        .collect();
     st.prepare();
     for (v, &s) in values.iter().zip(&slots) {
         each!(v, t => st.pack(t, s));
     }
-    st.run(comm, Collective::AllReduce(op), "prop")
+    st.run(comm, collective, "prop")
         .unwrap_or_else(|e| panic!("{e}"));
     values
         .iter()
         .zip(&slots)
-        .map(|(v, &s)| each!(v, t => bits(&st.output(t, s))))
+        .map(|(v, &s)| match collective {
+            Collective::AllGather => each!(v, t => Some(bits(st.output_gathered(t, s).as_slice()))),
+            Collective::ReduceScatter(_) => {
+                each!(v, t => Some(bits(st.output_scattered(t, s).as_slice())))
+            }
+            Collective::Reduce { root, .. } => {
+                each!(v, t => st.output_rooted(t, s, root).map(|r| bits(r.as_slice())))
+            }
+            _ => each!(v, t => Some(bits(st.output(t, s).as_slice()))),
+        })
         .collect()
 }
 
-fn reference(per_rank: &[AnyTensor], op: ReduceOp) -> Vec<u64> {
-    macro_rules! reduce {
+/// What `rank` must get for one value, from every rank's input: the naive definition of
+/// each collective, on top of the element-by-element `reduce_reference`.
+fn reference<E: Gen>(inputs: &[&[E]], rank: usize, collective: Collective) -> Got {
+    let n = inputs.len();
+    match collective {
+        Collective::AllReduce(op) => Some(bits(&reduce_reference(inputs, op))),
+        Collective::Reduce { op, root } => {
+            (rank == root).then(|| bits(&reduce_reference(inputs, op)))
+        }
+        Collective::ReduceScatter(op) => {
+            let all = reduce_reference(inputs, op);
+            let chunk = all.len() / n;
+            Some(bits(&all[rank * chunk..(rank + 1) * chunk]))
+        }
+        Collective::AllGather => {
+            let mut all = Vec::new();
+            for input in inputs {
+                all.extend_from_slice(input);
+            }
+            Some(bits(&all))
+        }
+        Collective::Broadcast { root } => Some(bits(inputs[root])),
+    }
+}
+
+/// The reference for slot `k`, given every rank's value for it.
+fn reference_any(per_rank: &[AnyTensor], rank: usize, collective: Collective) -> Got {
+    macro_rules! go {
         ($variant:ident) => {{
             let slices: Vec<&[_]> = per_rank
                 .iter()
@@ -138,22 +208,64 @@ fn reference(per_rank: &[AnyTensor], op: ReduceOp) -> Vec<u64> {
                     _ => unreachable!("one slot has one dtype on every rank"),
                 })
                 .collect();
-            reduce_reference(&slices, op)
-                .into_iter()
-                .map(Gen::bits)
-                .collect()
+            reference(&slices, rank, collective)
         }};
     }
     match &per_rank[0] {
-        AnyTensor::F32(_) => reduce!(F32),
-        AnyTensor::F64(_) => reduce!(F64),
-        AnyTensor::I8(_) => reduce!(I8),
-        AnyTensor::U8(_) => reduce!(U8),
-        AnyTensor::I32(_) => reduce!(I32),
-        AnyTensor::U32(_) => reduce!(U32),
-        AnyTensor::I64(_) => reduce!(I64),
-        AnyTensor::U64(_) => reduce!(U64),
+        AnyTensor::F16(_) => go!(F16),
+        AnyTensor::BF16(_) => go!(BF16),
+        AnyTensor::F32(_) => go!(F32),
+        AnyTensor::F64(_) => go!(F64),
+        AnyTensor::I8(_) => go!(I8),
+        AnyTensor::U8(_) => go!(U8),
+        AnyTensor::I32(_) => go!(I32),
+        AnyTensor::U32(_) => go!(U32),
+        AnyTensor::I64(_) => go!(I64),
+        AnyTensor::U64(_) => go!(U64),
     }
+}
+
+/// Runs one stage of `collective` over `slots` (dtype, length) on `n` ranks and compares
+/// every rank's every result with the reference; the error names the first difference.
+fn check(
+    n: usize,
+    slots: &[(DType, usize)],
+    collective: Collective,
+    seed: u64,
+) -> Result<(), String> {
+    let inputs: Vec<Vec<AnyTensor>> = (0..n)
+        .map(|rank| {
+            slots
+                .iter()
+                .enumerate()
+                .map(|(k, &(d, len))| any_tensor(d, seed, rank, k, len))
+                .collect()
+        })
+        .collect();
+    let comms = Cpu.communicators(n).map_err(|e| e.to_string())?;
+    let results: Vec<Vec<Got>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .zip(&inputs)
+            .map(|(mut comm, values)| s.spawn(move || run_rank(&mut comm, values, collective)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| panic!("rank panicked")))
+            .collect()
+    });
+    for (k, &(dtype, len)) in slots.iter().enumerate() {
+        let per_rank: Vec<AnyTensor> = inputs.iter().map(|v| v[k].clone()).collect();
+        for (rank, got) in results.iter().enumerate() {
+            let want = reference_any(&per_rank, rank, collective);
+            if got[k] != want {
+                return Err(format!(
+                    "{collective:?} over {n} ranks: slot {k} ({dtype}, {len} elements) differs on rank {rank}"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn ops() -> impl Strategy<Value = ReduceOp> {
@@ -166,39 +278,80 @@ fn ops() -> impl Strategy<Value = ReduceOp> {
     ]
 }
 
+/// 1-12 values of random dtypes, each 0-5000 elements long.
+fn buckets() -> impl Strategy<Value = Vec<(DType, usize)>> {
+    prop::collection::vec(
+        (0usize..DType::COUNT, 0usize..=5000).prop_map(|(d, len)| (DType::ALL[d], len)),
+        1..=12,
+    )
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
 
     #[test]
-    fn fused_allreduce_matches_the_per_value_reference(
-        n in 1usize..=8,
-        slots in prop::collection::vec((0usize..DType::COUNT, 0usize..=5000), 1..=12),
-        op in ops(),
-        seed in any::<u64>(),
-    ) {
-        let inputs: Vec<Vec<AnyTensor>> = (0..n)
-            .map(|rank| {
-                slots
-                    .iter()
-                    .enumerate()
-                    .map(|(k, &(d, len))| any_tensor(DType::ALL[d], seed, rank, k, len))
-                    .collect()
-            })
-            .collect();
-        let comms = Cpu.communicators(n).unwrap_or_else(|e| panic!("{e}"));
-        let results: Vec<Vec<Vec<u64>>> = std::thread::scope(|s| {
-            let handles: Vec<_> = comms
-                .into_iter()
-                .zip(&inputs)
-                .map(|(mut comm, values)| s.spawn(move || run_rank(&mut comm, values, op)))
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| panic!("rank panicked"))).collect()
-        });
-        for k in 0..slots.len() {
-            let per_rank: Vec<AnyTensor> = inputs.iter().map(|v| v[k].clone()).collect();
-            let want = reference(&per_rank, op);
-            for (rank, got) in results.iter().enumerate() {
-                prop_assert_eq!(&got[k], &want, "slot {} rank {} op {:?}", k, rank, op);
+    fn fused_allreduce_matches_the_reference(n in 1usize..=8, slots in buckets(), op in ops(), seed in any::<u64>()) {
+        prop_assert_eq!(check(n, &slots, Collective::AllReduce(op), seed), Ok(()));
+    }
+
+    #[test]
+    fn fused_reduce_matches_the_reference(n in 1usize..=8, slots in buckets(), op in ops(), root in any::<usize>(), seed in any::<u64>()) {
+        let root = root % n;
+        prop_assert_eq!(check(n, &slots, Collective::Reduce { op, root }, seed), Ok(()));
+    }
+
+    #[test]
+    fn fused_reducescatter_matches_the_reference(n in 1usize..=8, slots in buckets(), op in ops(), seed in any::<u64>()) {
+        let slots: Vec<(DType, usize)> = slots.into_iter().map(|(d, len)| (d, len - len % n)).collect();
+        prop_assert_eq!(check(n, &slots, Collective::ReduceScatter(op), seed), Ok(()));
+    }
+
+    #[test]
+    fn fused_allgather_matches_the_reference(n in 1usize..=8, slots in buckets(), seed in any::<u64>()) {
+        prop_assert_eq!(check(n, &slots, Collective::AllGather, seed), Ok(()));
+    }
+
+    #[test]
+    fn fused_broadcast_matches_the_reference(n in 1usize..=8, slots in buckets(), root in any::<usize>(), seed in any::<u64>()) {
+        let root = root % n;
+        prop_assert_eq!(check(n, &slots, Collective::Broadcast { root }, seed), Ok(()));
+    }
+}
+
+/// Every collective x dtype x op at least once, whatever the random cases above drew:
+/// three ranks, one bucket holding a value of every length class of that dtype (empty,
+/// shorter than the ranks, a block and a bit) next to an `f32` and an `i64`.
+#[test]
+fn every_collective_dtype_and_op() {
+    const OPS: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+    ];
+    let n = 3;
+    let mut collectives = vec![
+        Collective::AllGather,
+        Collective::Broadcast { root: 0 },
+        Collective::Broadcast { root: 2 },
+    ];
+    for op in OPS {
+        collectives.push(Collective::AllReduce(op));
+        collectives.push(Collective::ReduceScatter(op));
+        collectives.push(Collective::Reduce { op, root: 1 });
+    }
+    for collective in collectives {
+        for dtype in DType::ALL {
+            let lens: &[usize] = match collective {
+                Collective::ReduceScatter(_) => &[0, 3, 1026, 6],
+                _ => &[0, 2, 1027, 7],
+            };
+            let mut slots: Vec<(DType, usize)> = lens.iter().map(|&len| (dtype, len)).collect();
+            slots.insert(1, (DType::F32, 9));
+            slots.push((DType::I64, 3));
+            if let Err(e) = check(n, &slots, collective, 42) {
+                panic!("{e}");
             }
         }
     }

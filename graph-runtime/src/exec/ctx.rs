@@ -214,4 +214,11 @@ impl<C: Communicator> Stage<'_, C> {
     {
         self.st.output(value, at)
     }
+
+    /// The stage itself, for the `add`/`pack`/`output` flavours of the collectives whose
+    /// results have another type or length (`allgather`, `reducescatter`, `reduce`).
+    #[inline]
+    pub fn fused(&mut self) -> &mut FusedStage {
+        self.st
+    }
 }

@@ -82,10 +82,7 @@ fn stage_pair(lens: [usize; 2], fail: [bool; 2]) -> Vec<(Result<(), StageError>,
         .map(|(rank, mut comm)| {
             thread::spawn(move || {
                 let mut data = vec![(rank + 1) as f32; lens[rank]];
-                let slots = [SlotDesc {
-                    dtype: DType::F32,
-                    len: data.len(),
-                }];
+                let slots = [SlotDesc::flat(DType::F32, data.len())];
                 let header = Header {
                     status: if fail[rank] {
                         Status::Failed
@@ -95,7 +92,8 @@ fn stage_pair(lens: [usize; 2], fail: [bool; 2]) -> Vec<(Result<(), StageError>,
                     slots: &slots,
                 };
                 let mut regions = [f32::region_mut(&mut data)];
-                let r = comm.stage(&header, Collective::AllReduce(ReduceOp::Sum), &mut regions);
+                let sum = Collective::AllReduce(ReduceOp::Sum);
+                let r = comm.stage(&header, sum, &mut regions, &mut []);
                 (r, data)
             })
         })
