@@ -8,7 +8,8 @@ use std::any::Any;
 use std::sync::Arc;
 
 use crate::comm::{
-    Collective, Communicator, Disagreement, Header, RegionMut, SlotDesc, StageError, Status,
+    Collective, Communicator, Disagreement, Header, RegionMut, SlotData, SlotDesc, StageError,
+    Status,
 };
 use crate::tensor::Storage;
 use crate::{DType, Element, Error, Tensor};
@@ -58,6 +59,13 @@ pub trait Bucketable: Sized + Send + 'static {
     fn bucket_len(&self) -> usize;
     /// Copies the elements into `dst` (`dst.len() == self.bucket_len()`).
     fn pack(&self, dst: &mut [Self::Elem]);
+    /// The elements in place, if the value holds them contiguously (`bucket_len()` of
+    /// them, in the order `pack` writes them). A communicator that reads values in place
+    /// then takes them from here and the stage skips the copy. The default, `None`, always
+    /// packs.
+    fn elements(&self) -> Option<&[Self::Elem]> {
+        None
+    }
     /// Builds the result from the collective's elements (`bucket_len()` of them); `self`
     /// is this rank's input value.
     fn unpack(&self, reduced: Reduced<'_, Self::Elem>) -> Self;
@@ -199,6 +207,9 @@ impl<E: Element> Bucketable for Tensor<E> {
     fn pack(&self, dst: &mut [E]) {
         dst.copy_from_slice(self.as_slice());
     }
+    fn elements(&self) -> Option<&[E]> {
+        Some(self.as_slice())
+    }
     fn unpack(&self, reduced: Reduced<'_, E>) -> Self {
         reduced.to_tensor_like(self)
     }
@@ -253,6 +264,9 @@ macro_rules! scalar_bucketable {
                     *d = *self;
                 }
             }
+            fn elements(&self) -> Option<&[$t]> {
+                Some(std::slice::from_ref(self))
+            }
             fn unpack(&self, reduced: Reduced<'_, $t>) -> Self {
                 reduced.as_slice().first().copied().unwrap_or(*self)
             }
@@ -277,6 +291,9 @@ impl<E: Element> Bucketable for Vec<E> {
     }
     fn pack(&self, dst: &mut [E]) {
         dst.copy_from_slice(self);
+    }
+    fn elements(&self) -> Option<&[E]> {
+        Some(self)
     }
     fn unpack(&self, reduced: Reduced<'_, E>) -> Self {
         reduced.as_slice().to_vec()
@@ -424,6 +441,7 @@ regions!(
 /// A slot's position in its dtype's region.
 #[derive(Clone, Copy, Debug)]
 pub struct SlotIdx {
+    slot: usize,
     offset: usize,
     len: usize,
 }
@@ -438,6 +456,11 @@ pub struct SlotIdx {
 pub struct FusedStage {
     name: &'static str,
     slots: Vec<SlotDesc>,
+    /// Where each slot's elements are for this execution (see [`Header::data`]). Entries
+    /// that point into a value rather than into our region are set only by
+    /// `Stage::pack`, whose borrow keeps the value alive until `run` returns; `begin`
+    /// clears them before the next execution.
+    data: Vec<SlotData<'static>>,
     /// The packed inputs; the in-place collectives leave their results here.
     inputs: Regions,
     /// The results of `allgather` and `reducescatter`, whose lengths differ from the
@@ -455,6 +478,7 @@ impl FusedStage {
         Self {
             name,
             slots: Vec::new(),
+            data: Vec::new(),
             inputs: Regions::new(),
             outputs: Regions::new(),
             rank: 0,
@@ -471,15 +495,18 @@ impl FusedStage {
     /// Starts a new layout.
     pub fn begin(&mut self) {
         self.slots.clear();
+        self.data.clear();
         self.inputs.reset();
     }
 
     fn push_slot(&mut self, dtype: DType, len: usize, rows: usize) -> SlotIdx {
+        let slot = self.slots.len();
         self.slots.push(SlotDesc { dtype, len, rows });
+        self.data.push(SlotData::new::<u8>(&[]));
         let region_len = self.inputs.len_of(dtype);
         let offset = *region_len;
         *region_len += len;
-        SlotIdx { offset, len }
+        SlotIdx { slot, offset, len }
     }
 
     /// Appends a value to the layout and returns its place.
@@ -508,7 +535,25 @@ impl FusedStage {
     /// Copies a value into its place.
     pub fn pack<T: Bucketable>(&mut self, value: &T, at: SlotIdx) {
         if let Some(region) = self.inputs.get::<T::Elem>() {
-            value.pack(&mut region.slice_mut()[at.offset..at.offset + at.len]);
+            let dst = &mut region.slice_mut()[at.offset..at.offset + at.len];
+            value.pack(dst);
+            // SAFETY: our own region, which stays as it is until this execution's `run`
+            // is over (only `prepare`, in the next execution, replaces it).
+            self.data[at.slot] = unsafe { SlotData::new::<T::Elem>(dst).extend() };
+        }
+    }
+
+    /// Lends the value's elements in place when it has them contiguously, else packs it.
+    ///
+    /// Only `Stage::pack` calls this: its borrow of `value` lasts until `run` is over,
+    /// which is what makes the pointer kept here valid when the communicator reads it.
+    pub(crate) fn lend<T: Bucketable>(&mut self, value: &T, at: SlotIdx) {
+        match value.elements() {
+            Some(elements) if elements.len() == at.len => {
+                // SAFETY: see above; `begin` drops the entry before the value can go away.
+                self.data[at.slot] = unsafe { SlotData::new(elements).extend() };
+            }
+            _ => self.pack(value, at),
         }
     }
 
@@ -551,6 +596,7 @@ impl FusedStage {
         let header = Header {
             status: Status::Ok,
             slots: &self.slots,
+            data: &self.data,
         };
         let rank = self.rank;
         let (inputs, outputs) = (&mut self.inputs, &mut self.outputs);
@@ -565,6 +611,7 @@ impl FusedStage {
         let header = Header {
             status: Status::Failed,
             slots: &[],
+            data: &[],
         };
         // The verdict is "rank r failed" on every rank whatever the collective (a failed
         // rank is the first thing the agreement checks); the caller already has its error.

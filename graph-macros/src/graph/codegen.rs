@@ -545,11 +545,11 @@ fn stage_code(
             Kind::InPlace | Kind::Rooted => (quote_spanned!(s=> add), quote_spanned!(s=> pack)),
             Kind::Gather => (
                 quote_spanned!(s=> fused().add_gather),
-                quote_spanned!(s=> fused().pack_gather),
+                quote_spanned!(s=> pack_gather),
             ),
             Kind::Scatter => (
                 quote_spanned!(s=> fused().add_scatter),
-                quote_spanned!(s=> fused().pack_scatter),
+                quote_spanned!(s=> pack_scatter),
             ),
         };
         adds.push(quote_spanned!(s=> __st.#add(&#v)));

@@ -8,8 +8,8 @@
 //!
 //! | collective | after the header epoch | barriers |
 //! | --- | --- | --- |
-//! | allreduce | rank r reduces its 1/N chunk of every region in place, in rank order; barrier; it copies every other chunk from its owner | 3 |
-//! | reduce | the same, but only the root copies the other chunks | 3 |
+//! | allreduce | rank r reduces its 1/N chunk of every region, in rank order, block by block, and writes each block into every rank's region | 2 |
+//! | reduce | the same, but writes each block into the root's region only | 2 |
 //! | reducescatter | rank r reduces its chunk of every value, in rank order, into its output region | 2 |
 //! | allgather | rank r copies every rank's part of every value into its output region | 2 |
 //! | broadcast | every rank but the root copies the root's regions over its own | 2 |
@@ -21,10 +21,10 @@ use std::any::TypeId;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::reduce::{combine, finish, load, BLOCK};
+use super::reduce::{combine, finish, load, stream_copy, stream_fence, BLOCK, STREAM_BYTES};
 use super::{
     agree, AbortHandle, Backend, Collective, Communicator, Disagreement, Header, RegionMut,
-    SlotDesc, StageError, Status,
+    SlotData, SlotDesc, StageError, Status,
 };
 use crate::element::with_dtype;
 use crate::sync::prims::AtomicUsize;
@@ -92,6 +92,8 @@ struct Post {
     nslots: AtomicUsize,
     /// `*const Bufs`.
     bufs: AtomicUsize,
+    /// `*const SlotData`, `nslots` of them: where each value's input elements are.
+    data: AtomicUsize,
 }
 
 /// One rank's regions, by dtype index.
@@ -117,6 +119,7 @@ impl Post {
             slots: AtomicUsize::new(0),
             nslots: AtomicUsize::new(0),
             bufs: AtomicUsize::new(0),
+            data: AtomicUsize::new(0),
         }
     }
 
@@ -125,6 +128,7 @@ impl Post {
     /// between the stage's first barrier and the owner's next barrier.
     unsafe fn header(&self) -> Header<'_> {
         let ptr = self.slots.load(Relaxed) as *const SlotDesc;
+        let data = self.data.load(Relaxed) as *const SlotData<'_>;
         let len = self.nslots.load(Relaxed);
         Header {
             status: if self.failed.load(Relaxed) != 0 {
@@ -138,6 +142,13 @@ impl Post {
                 // SAFETY: the owner published `ptr`/`len` of a live slice that it does not
                 // touch until it passes a barrier that we have not yet reached (see above).
                 unsafe { std::slice::from_raw_parts(ptr, len) }
+            },
+            data: if len == 0 || data.is_null() {
+                &[]
+            } else {
+                // SAFETY: as for the slots; the owner's header has as many data entries
+                // as slots (checked in `stage` before it posts).
+                unsafe { std::slice::from_raw_parts(data, len) }
             },
         }
     }
@@ -154,6 +165,16 @@ impl Post {
 impl CpuComm {
     fn post(&self, q: usize) -> &Post {
         &self.shared.posts[q].0[self.round & 1]
+    }
+
+    /// Where rank `q`'s value `k` is.
+    ///
+    /// # Safety
+    /// Between this stage's first barrier and its last, after the buffer check.
+    unsafe fn data(&self, q: usize, k: usize) -> *const u8 {
+        // SAFETY: forwarded to the caller; the check made sure rank q posted one entry per
+        // agreed slot.
+        unsafe { self.post(q).header() }.data[k].as_ptr()
     }
 
     /// Rank `q`'s buffer of dtype `d`.
@@ -208,6 +229,17 @@ impl Communicator for CpuComm {
         mine.slots.store(header.slots.as_ptr() as usize, Relaxed);
         mine.nslots.store(header.slots.len(), Relaxed);
         mine.bufs.store(&bufs as *const Bufs as usize, Relaxed);
+        // A header whose data does not match its slots is posted without data, and the
+        // buffer check below then fails on every rank.
+        let data_ok = header.data.len() == header.slots.len();
+        mine.data.store(
+            if data_ok {
+                header.data.as_ptr() as usize
+            } else {
+                0
+            },
+            Relaxed,
+        );
         self.wait()?;
 
         // SAFETY: every rank posted for this round before the barrier we just passed, and
@@ -228,54 +260,78 @@ impl Communicator for CpuComm {
         // collective needs, all alive until the stage's last barrier.
         match collective {
             Collective::AllReduce(op) | Collective::Reduce { op, .. } => {
+                let push = match collective.root() {
+                    Some(root) => Push::To(root),
+                    None => Push::All,
+                };
                 for d in DType::ALL.into_iter().filter(|d| bufs[d.index()].len > 0) {
-                    // SAFETY: see above; in this phase chunk `rank` of every region is
-                    // read only by us, and we write only chunk `rank` of our own.
-                    with_dtype!(d, E => unsafe { self.reduce_own_chunk::<E>(d, op) });
-                }
-                self.wait()?;
-                let root = collective.root();
-                if root.is_none() || root == Some(self.rank) {
-                    for d in DType::ALL.into_iter().filter(|d| bufs[d.index()].len > 0) {
-                        // SAFETY: see above; every chunk is final after the barrier and
-                        // read-only now; we write only our own region.
-                        unsafe { self.gather_chunks(d) };
-                    }
+                    // SAFETY: see above; in this phase chunk `rank` of every region, and of
+                    // every value, is read and written only by us (each block read from
+                    // every rank before it is written to any).
+                    with_dtype!(d, E => unsafe { self.reduce_own_chunk::<E>(header, d, op, push) });
                 }
             }
             Collective::ReduceScatter(op) => {
-                for (slot, offset) in slot_offsets(header.slots).filter(|(s, _)| s.len > 0) {
+                let slots = slot_offsets(header.slots).enumerate();
+                for (k, (slot, offset)) in slots.filter(|(_, (s, _))| s.len > 0) {
                     let out = out_ptrs[slot.dtype.index()];
                     // SAFETY: see above; inputs are read-only in this phase, and each rank
                     // writes only its own output region.
                     with_dtype!(slot.dtype, E => unsafe {
-                        self.reduce_scatter_slot::<E>(slot, offset, out.cast(), op)
+                        self.reduce_scatter_slot::<E>(k, slot, offset, out.cast(), op)
                     });
                 }
             }
             Collective::AllGather => {
-                for (slot, offset) in slot_offsets(header.slots).filter(|(s, _)| s.len > 0) {
+                let slots = slot_offsets(header.slots).enumerate();
+                for (k, (slot, offset)) in slots.filter(|(_, (s, _))| s.len > 0) {
                     let out = out_ptrs[slot.dtype.index()];
                     // SAFETY: as for ReduceScatter.
-                    unsafe { self.gather_slot(slot, offset, out) };
+                    unsafe { self.gather_slot(k, slot, offset, out) };
                 }
             }
             Collective::Broadcast { root } => {
-                if root != self.rank {
-                    for d in DType::ALL.into_iter().filter(|d| bufs[d.index()].len > 0) {
-                        // SAFETY: see above; nobody writes the root's regions, and only we
-                        // touch ours in this phase.
-                        unsafe { self.copy_region_from(root, d) };
-                    }
+                let slots = slot_offsets(header.slots).enumerate();
+                for (k, (slot, offset)) in slots.filter(|(_, (s, _))| s.len > 0) {
+                    // SAFETY: see above; nobody writes the root's inputs in this phase,
+                    // and only we touch our region.
+                    unsafe { self.copy_slot_from(root, k, slot, offset) };
                 }
             }
         }
         self.wait()
     }
 
+    fn reads_in_place(&self) -> bool {
+        true
+    }
+
     fn abort_handle(&self) -> AbortHandle {
         let shared = Arc::clone(&self.shared);
         AbortHandle::new(move || shared.barrier.abort())
+    }
+}
+
+/// Which other ranks' regions a reduced block is also written to.
+#[derive(Clone, Copy)]
+enum Push {
+    /// Nobody's: the result stays in our output.
+    None,
+    /// Every rank's (allreduce).
+    All,
+    /// The root's only (reduce).
+    To(usize),
+}
+
+impl Push {
+    /// The ranks to write to besides ourselves.
+    fn targets(self, rank: usize, size: usize) -> impl Iterator<Item = usize> {
+        let (lo, hi) = match self {
+            Push::None => (0, 0),
+            Push::All => (0, size),
+            Push::To(root) => (root, root + 1),
+        };
+        (lo..hi).filter(move |&q| q != rank)
     }
 }
 
@@ -324,6 +380,19 @@ impl CpuComm {
                     ),
                 })?;
         }
+        for q in 0..self.size {
+            // SAFETY: forwarded to the caller.
+            let theirs = unsafe { self.post(q).header() };
+            let fits = theirs.data.len() == header.slots.len()
+                && theirs.data.iter().zip(header.slots).all(|(data, slot)| {
+                    slot.len == 0 || (data.dtype() == slot.dtype && data.len() == slot.len)
+                });
+            if !fits {
+                return Err(Disagreement::Buffers {
+                    reason: format!("rank {q} passed value data that does not match its slots"),
+                });
+            }
+        }
         for d in DType::ALL {
             let len = want[d.index()];
             let out_len = match collective.output_len(len, self.size) {
@@ -350,110 +419,128 @@ impl CpuComm {
         (len * q / self.size, len * (q + 1) / self.size)
     }
 
-    /// Reduces `n` elements at `start` of every rank's region of dtype `d` (= `E`), in
-    /// rank order, into `dst`.
+    /// Reduces `n` elements of every rank's input, in rank order, into `dst`; rank `q`'s
+    /// elements start at `src(q)`. Each reduced block is also written to the regions of
+    /// dtype `d` of the ranks in `push`, at element `at`.
     ///
     /// # Safety
-    /// Every rank's region of `d` is live and holds `start + n` elements; nobody writes
-    /// those elements in this phase except through `dst`, which points to `n` elements
-    /// that only we use, and that may be our own region's elements at `start` (each block
-    /// is read from every rank before it is written).
+    /// Every `src(q)` points to `n` live elements that nobody writes in this phase except
+    /// through `dst` or the pushes; `dst` points to `n` elements that only we use, and
+    /// that may be our own input (each block is read from every rank before it is written
+    /// anywhere); the pushed regions hold `at + n` elements, of which only we touch these.
     unsafe fn reduce_range<E: Element>(
         &self,
-        d: DType,
-        start: usize,
+        src: &dyn Fn(usize) -> *const E,
         n: usize,
         dst: *mut E,
         op: ReduceOp,
+        push: (Push, DType, usize),
     ) {
+        let (push, d, at) = push;
         if self.size == 1 && op != ReduceOp::Avg && TypeId::of::<E>() == TypeId::of::<E::Acc>() {
             // Alone, with an op and a type that leave a value as it is, the result is the
             // input bit for bit (what the kernel below would compute, without the copies).
-            // SAFETY: forwarded to the caller.
-            let src = unsafe { self.buf(0, d) }.ptr as *const E;
-            let src = src.wrapping_add(start);
+            let src = src(0);
             if src != dst.cast_const() && n > 0 {
-                // SAFETY: `n` elements of our live input at `start`, and `dst`, ours alone
-                // and (being elsewhere) not overlapping them.
+                // SAFETY: `n` live input elements, and `dst`, ours alone; a copy between
+                // two places that are not the same cannot overlap: inputs and results
+                // share memory only place for place.
                 unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
             }
             return;
         }
+        let stream = n * std::mem::size_of::<E>() >= STREAM_BYTES;
         let mut acc = [E::Acc::default(); BLOCK];
+        let mut block = [E::default(); BLOCK];
         let mut done = 0;
         while done < n {
             let len = BLOCK.min(n - done);
             let acc = &mut acc[..len];
             for q in 0..self.size {
-                // SAFETY: forwarded to the caller.
-                let src = unsafe { self.buf(q, d) }.ptr as *const E;
-                // SAFETY: within rank q's live region; nobody writes it now (our own
-                // writes below come after the last read of this block).
-                let src = unsafe { std::slice::from_raw_parts(src.add(start + done), len) };
+                // SAFETY: within rank q's live input; nobody writes it now (our own writes
+                // below come after the last read of this block).
+                let src = unsafe { std::slice::from_raw_parts(src(q).add(done), len) };
                 if q == 0 {
                     load(acc, src);
                 } else {
                     combine(acc, src, op);
                 }
             }
-            // SAFETY: `dst + done .. + len` is ours alone, and the shared slices above are
-            // no longer used.
-            let out = unsafe { std::slice::from_raw_parts_mut(dst.add(done), len) };
+            let out = &mut block[..len];
             finish(acc, op, self.size, out);
+            let targets = std::iter::once(dst.wrapping_add(done)).chain(
+                push.targets(self.rank, self.size).map(|q| {
+                    // SAFETY: forwarded to the caller.
+                    let peer = unsafe { self.buf(q, d) }.ptr as *mut E;
+                    peer.wrapping_add(at + done)
+                }),
+            );
+            for target in targets {
+                // SAFETY: `dst + done` is ours alone, and a pushed block is the same
+                // elements of rank q's live region, touched by nobody but us in this
+                // phase; both were read above, if they were an input, and `block` is ours.
+                unsafe {
+                    if stream {
+                        stream_copy(out, target);
+                    } else {
+                        std::ptr::copy_nonoverlapping(out.as_ptr(), target, len);
+                    }
+                }
+            }
             done += len;
+        }
+        if stream {
+            // Before the barrier that lets the peers read what we wrote.
+            stream_fence();
         }
     }
 
-    /// Reduces chunk `rank` of every rank's region of dtype `d` into our own region.
+    /// Reduces chunk `rank` of the dtype-`d` region, value by value, into our own region,
+    /// and writes each reduced block into the regions of `push` too: every rank then holds
+    /// the whole result after one barrier, without a second pass that copies chunks.
     ///
     /// # Safety
-    /// Every rank posted a live region of `d` (= `E`) of the same length, and no one else
-    /// writes or reads chunk `self.rank` of our region in this phase.
-    unsafe fn reduce_own_chunk<E: Element>(&self, d: DType, op: ReduceOp) {
+    /// Every rank posted a live region of `d` (= `E`) of the agreed length and live
+    /// inputs for the agreed slots; no one else reads or writes chunk `self.rank` of any
+    /// region, or the elements of any input that fall into it, in this phase.
+    unsafe fn reduce_own_chunk<E: Element>(
+        &self,
+        header: &Header<'_>,
+        d: DType,
+        op: ReduceOp,
+        push: Push,
+    ) {
         // SAFETY: forwarded to the caller.
         let own = unsafe { self.buf(self.rank, d) };
         let (lo, hi) = self.chunk(own.len, self.rank);
-        let dst = (own.ptr as *mut E).wrapping_add(lo);
-        // SAFETY: forwarded to the caller; `dst` is our own chunk.
-        unsafe { self.reduce_range::<E>(d, lo, hi - lo, dst, op) };
-    }
-
-    /// Copies every other rank's chunk of its region of dtype `d` into ours.
-    ///
-    /// # Safety
-    /// Every rank's chunk of its own region of `d` is final and nobody writes it until the
-    /// next barrier; nobody reads our region outside our chunk in this phase.
-    unsafe fn gather_chunks(&self, d: DType) {
-        // SAFETY: forwarded to the caller.
-        let own = unsafe { self.buf(self.rank, d) };
-        for q in (0..self.size).filter(|&q| q != self.rank) {
-            // SAFETY: forwarded to the caller.
-            let src = unsafe { self.buf(q, d) }.ptr as *const u8;
-            let (lo, hi) = self.chunk(own.len, q);
-            let (lo, n) = (lo * d.size(), (hi - lo) * d.size());
-            // SAFETY: chunk q of rank q's region is final and read-only in this phase; we
-            // are the only writer of our own region outside our chunk.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(lo), (own.ptr as *mut u8).add(lo), n) };
+        let slots = slot_offsets(header.slots).enumerate();
+        for (k, (slot, off)) in slots.filter(|(_, (s, _))| s.dtype == d) {
+            let (a, b) = (lo.max(off), hi.min(off + slot.len));
+            if a >= b {
+                continue;
+            }
+            // SAFETY: forwarded to the caller; element `a - off` of value k is within it.
+            let src = |q: usize| unsafe { (self.data(q, k) as *const E).add(a - off) };
+            let dst = (own.ptr as *mut E).wrapping_add(a);
+            // SAFETY: forwarded to the caller; `dst` is within our own chunk.
+            unsafe { self.reduce_range::<E>(&src, b - a, dst, op, (push, d, a)) };
         }
     }
 
-    /// Overwrites our region of dtype `d` with rank `root`'s.
+    /// Copies rank `root`'s value `k` into its place in our region.
     ///
     /// # Safety
-    /// Every rank posted a live region of `d` of the same length; nobody writes the root's
-    /// region or reads ours in this phase.
-    unsafe fn copy_region_from(&self, root: usize, d: DType) {
+    /// Every rank posted a live region of the slot's dtype holding the slot at `offset`,
+    /// and live inputs; nobody writes the root's input or touches our region in this phase.
+    unsafe fn copy_slot_from(&self, root: usize, k: usize, slot: SlotDesc, offset: usize) {
+        let size = slot.dtype.size();
         // SAFETY: forwarded to the caller.
-        let (own, src) = unsafe { (self.buf(self.rank, d), self.buf(root, d)) };
-        if own.len > 0 {
-            // SAFETY: two distinct live regions of `own.len` (> 0) elements of dtype `d`.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    src.ptr as *const u8,
-                    own.ptr as *mut u8,
-                    own.len * d.size(),
-                )
-            };
+        let (src, own) = unsafe { (self.data(root, k), self.buf(self.rank, slot.dtype)) };
+        let dst = (own.ptr as *mut u8).wrapping_add(offset * size);
+        if src != dst.cast_const() {
+            // SAFETY: `slot.len` elements of the root's live input and of our region, at
+            // different places (our region is ours, the root's input read-only).
+            unsafe { std::ptr::copy_nonoverlapping(src, dst, slot.len * size) };
         }
     }
 
@@ -465,17 +552,20 @@ impl CpuComm {
     /// `1/N` of the input long; the slot's length divides by N.
     unsafe fn reduce_scatter_slot<E: Element>(
         &self,
+        k: usize,
         slot: SlotDesc,
         offset: usize,
         out: *mut E,
         op: ReduceOp,
     ) {
         let chunk = slot.len / self.size;
-        let start = offset + self.rank * chunk;
+        let start = self.rank * chunk;
         let dst = out.wrapping_add(offset / self.size);
+        // SAFETY: forwarded to the caller; our chunk lies within value k of every rank.
+        let src = |q: usize| unsafe { (self.data(q, k) as *const E).add(start) };
         // SAFETY: forwarded to the caller; `dst` is in our output region, which no one
         // else touches.
-        unsafe { self.reduce_range::<E>(slot.dtype, start, chunk, dst, op) };
+        unsafe { self.reduce_range::<E>(&src, chunk, dst, op, (Push::None, slot.dtype, 0)) };
     }
 
     /// Copies every rank's part of one value into our output region, in rank order.
@@ -484,22 +574,16 @@ impl CpuComm {
     /// Every rank's input region of the slot's dtype is live, read-only in this phase and
     /// holds the slot at `offset`; `out` is our output region of that dtype, N times the
     /// input long.
-    unsafe fn gather_slot(&self, slot: SlotDesc, offset: usize, out: *mut u8) {
+    unsafe fn gather_slot(&self, k: usize, slot: SlotDesc, offset: usize, out: *mut u8) {
         let size = slot.dtype.size();
         let part = slot.len * size;
         let base = offset * self.size * size;
         for q in 0..self.size {
             // SAFETY: forwarded to the caller.
-            let src = unsafe { self.buf(q, slot.dtype) }.ptr as *const u8;
-            // SAFETY: the slot lies within rank q's input region; its place in our output
+            let src = unsafe { self.data(q, k) };
+            // SAFETY: value k of rank q is live and read-only; its place in our output
             // region is `N * offset + q * len` elements, within the output's length.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    src.add(offset * size),
-                    out.add(base + q * part),
-                    part,
-                )
-            };
+            unsafe { std::ptr::copy_nonoverlapping(src, out.add(base + q * part), part) };
         }
     }
 }
@@ -519,9 +603,13 @@ mod tests {
             .map(|(mut comm, mut data)| {
                 std::thread::spawn(move || {
                     let slots = [SlotDesc::flat(E::DTYPE, data.len())];
+                    // The communicator reads the inputs in place and writes the results
+                    // into the region: here a copy of the same values.
+                    let input = data.clone();
                     let header = Header {
                         status: Status::Ok,
                         slots: &slots,
+                        data: &[SlotData::new(&input[..])],
                     };
                     let mut regions = [E::region_mut(&mut data)];
                     let regions = if slots[0].len == 0 {
@@ -589,6 +677,7 @@ mod tests {
                     let header = Header {
                         status: Status::Ok,
                         slots: &[],
+                        data: &[],
                     };
                     comm.stage(&header, Collective::Broadcast { root: 2 }, &mut [], &mut [])
                 })
@@ -608,9 +697,11 @@ mod tests {
         for mut comm in comms {
             let mut data = vec![1.0f64; 3];
             let slots = [SlotDesc::flat(DType::F64, 4)];
+            let input = [1.0f64; 4];
             let header = Header {
                 status: Status::Ok,
                 slots: &slots,
+                data: &[SlotData::new(&input[..])],
             };
             let mut regions = [f64::region_mut(&mut data)];
             let r = comm.stage(&header, Collective::AllGather, &mut regions, &mut []);
@@ -631,9 +722,11 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut data = vec![1i64; 10 * (rank + 1)];
                     let slots = [SlotDesc::flat(DType::I64, data.len())];
+                    let input = data.clone();
                     let header = Header {
                         status: Status::Ok,
                         slots: &slots,
+                        data: &[SlotData::new(&input[..])],
                     };
                     let mut regions = [i64::region_mut(&mut data)];
                     let r = comm.stage(
@@ -680,9 +773,12 @@ mod loom_tests {
                     let out_len = collective.output_len(2, 2).unwrap();
                     let mut output = vec![0u32; out_len];
                     let slots = [SlotDesc::flat(DType::U32, 2)];
+                    let values = input.clone();
+                    let data = [SlotData::new(&values[..])];
                     let header = Header {
                         status: Status::Ok,
                         slots: &slots,
+                        data: &data,
                     };
                     let mut regions = [u32::region_mut(&mut input)];
                     let mut outputs = [u32::region_mut(&mut output)];

@@ -6,9 +6,10 @@ pub(crate) mod reduce;
 pub use cpu::{Cpu, CpuComm};
 pub use reduce::reduce_reference;
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::{DType, Error};
+use crate::{DType, Element, Error};
 
 /// How a reducing collective combines the values of the ranks.
 ///
@@ -149,6 +150,83 @@ pub struct Header<'a> {
     pub status: Status,
     /// Its values' dtypes and element counts, in bucket order.
     pub slots: &'a [SlotDesc],
+    /// Where each value's elements are, in bucket order (empty for a failed rank): in the
+    /// value itself, or at its place in the packed input region. A communicator that
+    /// [reads values in place](Communicator::reads_in_place) takes its inputs from here,
+    /// which saves the copy into the flat buffer.
+    pub data: &'a [SlotData<'a>],
+}
+
+/// Where one value's elements are: a type-erased `&'a [E]`.
+///
+/// ```
+/// use actorgraph::comm::SlotData;
+/// use actorgraph::DType;
+/// let v = [1.0f32, 2.0];
+/// let d = SlotData::new(&v[..]);
+/// assert_eq!((d.dtype(), d.len()), (DType::F32, 2));
+/// assert_eq!(d.get::<f32>(), Some(&v[..]));
+/// assert_eq!(d.get::<i32>(), None);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct SlotData<'a> {
+    ptr: *const u8,
+    len: usize,
+    dtype: DType,
+    _data: PhantomData<&'a [u8]>,
+}
+
+impl<'a> SlotData<'a> {
+    /// The elements of `data`.
+    pub fn new<E: Element>(data: &'a [E]) -> Self {
+        Self {
+            ptr: data.as_ptr().cast(),
+            len: data.len(),
+            dtype: E::DTYPE,
+            _data: PhantomData,
+        }
+    }
+
+    /// The same elements with a lifetime the caller vouches for.
+    ///
+    /// # Safety
+    /// The elements must stay alive and unchanged for as long as the result is used.
+    pub(crate) unsafe fn extend<'b>(self) -> SlotData<'b> {
+        SlotData {
+            ptr: self.ptr,
+            len: self.len,
+            dtype: self.dtype,
+            _data: PhantomData,
+        }
+    }
+
+    /// The elements, if they are of type `E`.
+    pub fn get<E: Element>(&self) -> Option<&'a [E]> {
+        // SAFETY: `new` took a `&'a [E]` of `len` elements of this dtype, and a dtype names
+        // exactly one element type.
+        (self.dtype == E::DTYPE)
+            .then(|| unsafe { std::slice::from_raw_parts(self.ptr.cast(), self.len) })
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address of the first element.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
 }
 
 /// Why the ranks of a stage did not run its payload.
@@ -266,11 +344,11 @@ impl std::fmt::Debug for AbortHandle {
 /// let a = [SlotDesc::flat(DType::F32, 10)];
 /// let b = [SlotDesc::flat(DType::F32, 20)];
 /// let sum = Collective::AllReduce(ReduceOp::Sum);
-/// let headers = [Header { status: Status::Ok, slots: &a }, Header { status: Status::Ok, slots: &b }];
+/// let headers = [Header { status: Status::Ok, slots: &a, data: &[] }, Header { status: Status::Ok, slots: &b, data: &[] }];
 /// let verdict = agree(2, sum, |q| headers[q]);
 /// assert!(matches!(verdict, Err(Disagreement::Slot { slot: 0, .. })));
 ///
-/// let same = [Header { status: Status::Ok, slots: &a }; 3];
+/// let same = [Header { status: Status::Ok, slots: &a, data: &[] }; 3];
 /// let verdict = agree(3, Collective::ReduceScatter(ReduceOp::Sum), |q| same[q]);
 /// assert_eq!(verdict, Err(Disagreement::NotDivisible { slot: 0, len: 10, size: 3 }));
 /// ```
@@ -400,6 +478,14 @@ pub trait Communicator: Send + 'static {
         regions: &mut [RegionMut<'_>],
         outputs: &mut [RegionMut<'_>],
     ) -> Result<(), StageError>;
+
+    /// Whether this communicator takes its inputs from [`Header::data`] rather than from
+    /// packed regions. When it does, a stage packs only the values that cannot lend their
+    /// elements in place (and `regions` hold results only); when it does not (the
+    /// default), every value is packed into `regions` first.
+    fn reads_in_place(&self) -> bool {
+        false
+    }
 
     /// A handle that aborts this communicator's whole group (see [`AbortHandle`]). The
     /// default cannot abort anything: override it if `stage` can block on a peer.

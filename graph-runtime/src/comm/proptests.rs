@@ -151,8 +151,14 @@ fn run_rank(comm: &mut CpuComm, values: &[AnyTensor], collective: Collective) ->
         })
         .collect();
     st.prepare();
-    for (v, &s) in values.iter().zip(&slots) {
-        each!(v, t => st.pack(t, s));
+    // Half the values are lent in place and half packed, so that both ways a value
+    // reaches the communicator meet in one bucket (`values` outlives `run`).
+    for (k, (v, &s)) in values.iter().zip(&slots).enumerate() {
+        if k % 2 == 0 {
+            each!(v, t => st.lend(t, s));
+        } else {
+            each!(v, t => st.pack(t, s));
+        }
     }
     st.run(comm, collective, "prop")
         .unwrap_or_else(|e| panic!("{e}"));

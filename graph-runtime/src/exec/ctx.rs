@@ -1,12 +1,13 @@
 //! What an actor's generated step sees: its rank, its communicator, its stages.
 
 use std::any::Any;
+use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use crate::bucket::{Bucketable, FusedStage, SlotIdx};
+use crate::bucket::{Bucketable, FusedStage, Gather, Scatter, SlotIdx};
 use crate::comm::{Collective, Communicator};
 use crate::exec::Flag;
 use crate::method::Method;
@@ -74,7 +75,7 @@ impl<C: Communicator> StepCtx<C> {
 
     /// Starts fused stage `idx` of this execution.
     #[inline]
-    pub fn stage(&mut self, idx: usize) -> Stage<'_, C> {
+    pub fn stage<'v>(&mut self, idx: usize) -> Stage<'_, 'v, C> {
         let st = &mut self.stages[idx];
         st.begin();
         Stage {
@@ -83,6 +84,7 @@ impl<C: Communicator> StepCtx<C> {
             group: self.group,
             round: self.round,
             in_collective: &self.in_collective[self.rank].0,
+            _values: PhantomData,
         }
     }
 
@@ -162,16 +164,20 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 
 /// One fused stage of one execution on one rank: add the values, pack them, run, and take
 /// the outputs.
-pub struct Stage<'a, C> {
+///
+/// `'v` is how long the bucket's values are borrowed: at least until `run` is over, so that
+/// a communicator can read them in place instead of from a packed copy.
+pub struct Stage<'a, 'v, C> {
     st: &'a mut FusedStage,
     comm: &'a mut C,
     group: &'static str,
     round: u64,
     in_collective: &'a AtomicBool,
+    _values: PhantomData<&'v ()>,
 }
 
 #[allow(private_bounds)]
-impl<C: Communicator> Stage<'_, C> {
+impl<'v, C: Communicator> Stage<'_, 'v, C> {
     /// Appends a value to the bucket's layout.
     #[inline]
     pub fn add<T: Bucketable>(&mut self, value: &T) -> SlotIdx
@@ -187,13 +193,30 @@ impl<C: Communicator> Stage<'_, C> {
         self.st.prepare()
     }
 
-    /// Copies a value into the flat buffer.
+    /// Hands a value to the stage: lent in place to a communicator that reads values in
+    /// place, else copied into the flat buffer.
     #[inline]
-    pub fn pack<T: Bucketable>(&mut self, value: &T, at: SlotIdx)
+    pub fn pack<T: Bucketable>(&mut self, value: &'v T, at: SlotIdx)
     where
         T::Elem: crate::bucket::HasRegion,
     {
-        self.st.pack(value, at)
+        if self.comm.reads_in_place() {
+            self.st.lend(value, at)
+        } else {
+            self.st.pack(value, at)
+        }
+    }
+
+    /// [`pack`](Self::pack) for `allgather`.
+    #[inline]
+    pub fn pack_gather<T: Gather>(&mut self, value: &'v T, at: SlotIdx) {
+        self.pack(value, at)
+    }
+
+    /// [`pack`](Self::pack) for `reducescatter`.
+    #[inline]
+    pub fn pack_scatter<T: Scatter>(&mut self, value: &'v T, at: SlotIdx) {
+        self.pack(value, at)
     }
 
     /// Agrees with the other ranks and runs the collective over the whole buffer.

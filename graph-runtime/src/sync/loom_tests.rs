@@ -10,7 +10,7 @@ use loom::thread;
 
 use super::{Barrier, Epoch};
 use crate::comm::{
-    Backend, Collective, Communicator, Disagreement, Header, SlotDesc, StageError, Status,
+    Backend, Collective, Communicator, Disagreement, Header, SlotData, SlotDesc, StageError, Status,
 };
 use crate::{Cpu, DType, Element, ReduceOp};
 
@@ -83,6 +83,8 @@ fn stage_pair(lens: [usize; 2], fail: [bool; 2]) -> Vec<(Result<(), StageError>,
             thread::spawn(move || {
                 let mut data = vec![(rank + 1) as f32; lens[rank]];
                 let slots = [SlotDesc::flat(DType::F32, data.len())];
+                let input = data.clone();
+                let input_data = [SlotData::new(&input[..])];
                 let header = Header {
                     status: if fail[rank] {
                         Status::Failed
@@ -90,6 +92,7 @@ fn stage_pair(lens: [usize; 2], fail: [bool; 2]) -> Vec<(Result<(), StageError>,
                         Status::Ok
                     },
                     slots: &slots,
+                    data: &input_data,
                 };
                 let mut regions = [f32::region_mut(&mut data)];
                 let sum = Collective::AllReduce(ReduceOp::Sum);
