@@ -21,7 +21,7 @@ use std::any::TypeId;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::reduce::{combine, finish, load, stream_copy, stream_fence, BLOCK, STREAM_BYTES};
+use super::reduce::{combine, finish, load, BLOCK};
 use super::{
     agree, AbortHandle, Backend, Collective, Communicator, Disagreement, Header, RegionMut,
     SlotData, SlotDesc, StageError, Status,
@@ -449,9 +449,7 @@ impl CpuComm {
             }
             return;
         }
-        let stream = n * std::mem::size_of::<E>() >= STREAM_BYTES;
         let mut acc = [E::Acc::default(); BLOCK];
-        let mut block = [E::default(); BLOCK];
         let mut done = 0;
         while done < n {
             let len = BLOCK.min(n - done);
@@ -466,32 +464,18 @@ impl CpuComm {
                     combine(acc, src, op);
                 }
             }
-            let out = &mut block[..len];
+            // SAFETY: `dst + done .. + len` is ours alone, and the shared slices above are
+            // no longer used.
+            let out = unsafe { std::slice::from_raw_parts_mut(dst.add(done), len) };
             finish(acc, op, self.size, out);
-            let targets = std::iter::once(dst.wrapping_add(done)).chain(
-                push.targets(self.rank, self.size).map(|q| {
-                    // SAFETY: forwarded to the caller.
-                    let peer = unsafe { self.buf(q, d) }.ptr as *mut E;
-                    peer.wrapping_add(at + done)
-                }),
-            );
-            for target in targets {
-                // SAFETY: `dst + done` is ours alone, and a pushed block is the same
-                // elements of rank q's live region, touched by nobody but us in this
-                // phase; both were read above, if they were an input, and `block` is ours.
-                unsafe {
-                    if stream {
-                        stream_copy(out, target);
-                    } else {
-                        std::ptr::copy_nonoverlapping(out.as_ptr(), target, len);
-                    }
-                }
+            for q in push.targets(self.rank, self.size) {
+                // SAFETY: forwarded to the caller.
+                let peer = unsafe { self.buf(q, d) }.ptr as *mut E;
+                // SAFETY: the same elements of rank q's live region, touched by nobody but
+                // us in this phase, and already read by us above if they were an input.
+                unsafe { std::ptr::copy_nonoverlapping(out.as_ptr(), peer.add(at + done), len) };
             }
             done += len;
-        }
-        if stream {
-            // Before the barrier that lets the peers read what we wrote.
-            stream_fence();
         }
     }
 

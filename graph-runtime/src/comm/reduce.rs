@@ -42,59 +42,6 @@ pub(crate) fn finish<E: Element>(acc: &[E::Acc], op: ReduceOp, n: usize, dst: &m
     }
 }
 
-/// Results at least this large are written with non-temporal stores: they would not fit
-/// in the caches anyway, and skipping the read-for-ownership of each destination line
-/// leaves the memory bandwidth to the reads (see BENCHMARKS.md, target 5).
-pub(crate) const STREAM_BYTES: usize = 1 << 20;
-
-/// Copies `src` to `dst` (which must not overlap it) bypassing the caches where the CPU
-/// can; pair with [`stream_fence`] before another thread may read `dst`.
-///
-/// # Safety
-/// `dst` is valid for `size_of_val(src)` bytes of writes and does not overlap `src`.
-#[inline]
-pub(crate) unsafe fn stream_copy<E: Copy>(src: &[E], dst: *mut E) {
-    let bytes = std::mem::size_of_val(src);
-    let (mut s, mut d) = (src.as_ptr().cast::<u8>(), dst.cast::<u8>());
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-        let head = d.align_offset(16).min(bytes);
-        // SAFETY: within `dst`/`src`, which do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(s, d, head) };
-        let mut left = bytes - head;
-        // SAFETY: advancing within both buffers.
-        unsafe { (s, d) = (s.add(head), d.add(head)) };
-        while left >= 16 {
-            // SAFETY: `d` is 16-byte aligned and 16 bytes of both buffers remain; SSE2 is
-            // part of x86_64.
-            unsafe {
-                _mm_stream_si128(d.cast::<__m128i>(), _mm_loadu_si128(s.cast::<__m128i>()));
-                (s, d) = (s.add(16), d.add(16));
-            }
-            left -= 16;
-        }
-        // SAFETY: the last `left` bytes of both buffers.
-        unsafe { std::ptr::copy_nonoverlapping(s, d, left) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        // SAFETY: forwarded to the caller.
-        unsafe { std::ptr::copy_nonoverlapping(s, d, bytes) };
-    }
-}
-
-/// Orders every earlier [`stream_copy`] before this thread's later stores (non-temporal
-/// stores are weakly ordered on x86).
-#[inline]
-pub(crate) fn stream_fence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: SSE is part of x86_64.
-    unsafe {
-        std::arch::x86_64::_mm_sfence()
-    };
-}
-
 /// The reference every communicator must match bit for bit: each element folded over the
 /// ranks in rank order in the element's accumulator (`f32` for `f16`/`bf16`), one element
 /// at a time, and narrowed once. Written independently of the block kernels above so that
