@@ -33,6 +33,36 @@ pub enum Error {
         second_len: usize,
     },
 
+    /// A per-actor value of one group is read by another group of a different size: actor
+    /// i of the producing group feeds actor i of the consuming one, so their sizes must be
+    /// equal. `launch` checks it.
+    #[error("value `{value}` of group `{from}` ({from_len} actors) is read by group `{to}` ({to_len} actors): actor i of one feeds actor i of the other, so both groups must have the same size")]
+    EdgeSizeMismatch {
+        /// The value, as named in the graph.
+        value: &'static str,
+        /// The group that produces it.
+        from: &'static str,
+        /// Its number of actors.
+        from_len: usize,
+        /// The group that reads it.
+        to: &'static str,
+        /// Its number of actors.
+        to_len: usize,
+    },
+
+    /// The graph addresses one actor (`workers[3].method(..)`) that its group does not have.
+    /// `launch` checks it (a group declared with a fixed size, `[Worker; 2]`, gets a compile
+    /// error instead).
+    #[error("the graph uses `{group}[{index}]`, but group `{group}` has {size} actors (ranks 0..{size})")]
+    IndexOutOfRange {
+        /// The actor group.
+        group: &'static str,
+        /// The index used.
+        index: usize,
+        /// The number of actors in the group.
+        size: usize,
+    },
+
     /// A tensor's data length does not match its shape.
     #[error("tensor shape {shape:?} holds {expected} elements but {got} were given")]
     ShapeData {
@@ -145,6 +175,25 @@ pub enum Error {
         failed_rank: usize,
     },
 
+    /// This rank stopped because a value it needed comes from an actor that failed in this
+    /// execution (or did not run it).
+    ///
+    /// `execute` reports the producer's own error instead; this variant only surfaces on its
+    /// own when that error is lost (e.g. a custom communicator reported none).
+    #[error("rank {rank} of group `{group}` stopped: value `{value}` from rank {from_rank} of group `{from_group}` was not produced, because that actor failed")]
+    Upstream {
+        /// The actor group of the rank that stopped.
+        group: &'static str,
+        /// The rank that stopped.
+        rank: usize,
+        /// The value it was waiting for, as named in the graph.
+        value: &'static str,
+        /// The group that produces the value.
+        from_group: &'static str,
+        /// The rank that failed to produce it.
+        from_rank: usize,
+    },
+
     /// An actor thread is gone (it could not be spawned or it died).
     #[error("actor {rank} of group `{group}` is gone: {reason}")]
     ActorLost {
@@ -157,13 +206,15 @@ pub enum Error {
     },
 
     /// An execution did not finish in time.
-    #[error("execution timed out after {timeout:?} in group `{group}`: ranks {ranks:?} had not finished their methods (ranks {waiting:?} were waiting for them in a collective); the graph is now broken")]
+    #[error("execution timed out after {timeout:?} in group `{group}`: ranks {ranks:?} had not finished their methods (ranks {waiting:?} were waiting for other actors, in a collective or for a value); the graph is now broken")]
     Timeout {
         /// The group that did not finish.
         group: &'static str,
         /// The ranks that were still in their own code (a method), in order: the cause.
+        /// Empty when every late rank was waiting for a value of another group (whose own
+        /// `Timeout` names the culprits).
         ranks: Vec<usize>,
-        /// The ranks that were waiting in a collective for the others.
+        /// The ranks that were waiting for other actors: in a collective, or on an edge.
         waiting: Vec<usize>,
         /// The timeout that passed.
         timeout: std::time::Duration,
@@ -211,6 +262,32 @@ impl Error {
     /// Whether this error is the cause of a failure rather than a rank stopping because of
     /// another rank's failure.
     pub(crate) fn is_root_cause(&self) -> bool {
-        !matches!(self, Error::Aborted { .. } | Error::Broken { .. })
+        !matches!(
+            self,
+            Error::Aborted { .. } | Error::Broken { .. } | Error::Upstream { .. }
+        )
+    }
+
+    /// A timeout of a group that was only waiting for another group's values.
+    fn is_waiting_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { ranks, .. } if ranks.is_empty())
+    }
+
+    /// The error an execution of a graph reports, given each group's error: the first root
+    /// cause (a timeout of a group that only waited for another comes last), else the first
+    /// error. `None` when there is none.
+    pub(crate) fn root_cause(errors: impl IntoIterator<Item = Error>) -> Option<Error> {
+        let mut best: Option<(u8, Error)> = None;
+        for e in errors {
+            let score = match (e.is_root_cause(), e.is_waiting_timeout()) {
+                (true, false) => 2,
+                (true, true) => 1,
+                (false, _) => 0,
+            };
+            if best.as_ref().is_none_or(|(b, _)| score > *b) {
+                best = Some((score, e));
+            }
+        }
+        best.map(|(_, e)| e)
     }
 }

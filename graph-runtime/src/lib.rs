@@ -28,11 +28,16 @@ pub use half;
 pub mod __private {
     pub use crate::bucket::{FusedStage, SlotIdx};
     pub use crate::comm::{Backend, Collective, Communicator, ReduceOp};
-    pub use crate::exec::{Deadline, Group, Stage, StepCtx, StepFn};
+    pub use crate::exec::{
+        Deadline, Edge, EdgeValue, Group, Links, Route, Stage, StepCtx, StepFn, SyncPoint,
+    };
     pub use crate::method::{into_result, Method};
     pub use crate::{BoxError, Bucketable, Error};
     pub use std::marker::PhantomData;
+    pub use std::option::Option;
     pub use std::result::Result;
+    pub use std::string::String;
+    pub use std::sync::Arc;
     pub use std::time::Duration;
     pub use std::vec::Vec;
 
@@ -53,6 +58,48 @@ pub mod __private {
                 size,
             })
         }
+    }
+
+    /// Checks, at launch, that an actor the graph addresses (`group[index]`) exists.
+    pub fn check_index(group: &'static str, size: usize, index: usize) -> Result<(), Error> {
+        if index < size {
+            Ok(())
+        } else {
+            Err(Error::IndexOutOfRange { group, index, size })
+        }
+    }
+
+    /// Checks, at launch, that a group reading another group's per-actor value (actor i
+    /// reads actor i's) has the same size.
+    pub fn check_edge(
+        value: &'static str,
+        from: (&'static str, usize),
+        to: (&'static str, usize),
+    ) -> Result<(), Error> {
+        if from.1 == to.1 {
+            Ok(())
+        } else {
+            Err(Error::EdgeSizeMismatch {
+                value,
+                from: from.0,
+                from_len: from.1,
+                to: to.0,
+                to_len: to.1,
+            })
+        }
+    }
+
+    /// The one error an execution reports, from every group's: the root cause (see
+    /// `Error::Upstream`, `Error::Aborted`).
+    pub fn root_cause(errors: impl IntoIterator<Item = Option<Error>>) -> Error {
+        Error::root_cause(errors.into_iter().flatten()).unwrap_or_else(|| {
+            Error::Backend("internal error: an execution failed without an error".into())
+        })
+    }
+
+    /// A value that several actors read, cloned for one of them.
+    pub fn clone_value<T: EdgeValue>(value: &T) -> T {
+        value.clone()
     }
 
     /// Checks that groups whose values are zipped into one output have the same size.

@@ -1,19 +1,20 @@
-//! Code generation: the graph's struct, `launch`/`execute`/`teardown`, and one step
-//! function per actor group that runs the group's ops in program order (the schedule: every
-//! actor of a group runs its collectives in the same order, fixed here).
-
-use std::collections::HashMap;
+//! Code generation: the graph's struct, `launch`/`execute`/`teardown`, `to_dot`, and one
+//! step function per actor group (see `step`) that runs the group's part of the schedule
+//! (see `schedule`): every actor runs its ops, collectives and edge transfers in one order
+//! fixed here.
 
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
-use super::ir::{Graph, OpKind, Place, ValueId};
+use super::ir::{Graph, OpKind, Place};
 use super::ops::{CollectiveSpec, Kind, OpName, Root};
 use super::parse::GraphDef;
+use super::schedule::{self, Route, Schedule};
+use super::{dot, step};
 
 const RT: &str = "::actorgraph::__private";
 
-fn rt() -> TokenStream {
+pub(super) fn rt() -> TokenStream {
     RT.parse().unwrap_or_default()
 }
 
@@ -21,16 +22,13 @@ fn group_field(name: &Ident) -> Ident {
     format_ident!("__group_{}", name)
 }
 
-fn step_name(name: &Ident) -> Ident {
-    format_ident!("__step_{}", name)
-}
-
 pub(crate) fn expand(g: &Graph) -> TokenStream {
     let rt = rt();
     let def = g.def;
     let (attrs, vis, name) = (&def.attrs, &def.vis, &def.name);
+    let sched = schedule::schedule(g);
     let groups: Vec<GroupPlan> = (0..g.groups.len())
-        .map(|gi| GroupPlan::new(g, gi))
+        .map(|gi| GroupPlan::new(g, &sched, gi))
         .collect();
 
     let fields = groups.iter().map(|p| {
@@ -44,31 +42,47 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     // launch
     let group_params = g.groups.iter().map(|d| {
         let (n, a) = (&d.name, &d.actor);
-        quote!(#n: #rt::Vec<#a>)
+        match &d.size {
+            Some((len, _)) => quote!(#n: [#a; #len]),
+            None => quote!(#n: #rt::Vec<#a>),
+        }
     });
-    let zipped: Vec<&GroupPlan> = groups.iter().filter(|p| !p.out_parts.is_empty()).collect();
-    let size_check = if g.output.tuple && zipped.len() > 1 {
-        let checks = zipped.iter().map(|p| {
-            let n = &g.groups[p.index].name;
-            let s = n.to_string();
-            quote!((#s, #n.len()))
-        });
-        quote!(#rt::same_size(&[#(#checks),*])?;)
-    } else {
-        quote!()
-    };
+    let to_vecs = g.groups.iter().filter(|d| d.size.is_some()).map(|d| {
+        let (n, a) = (&d.name, &d.actor);
+        quote!(let #n: #rt::Vec<#a> = #rt::Vec::from(#n);)
+    });
+    let checks = launch_checks(g, &groups, &sched);
+    let links_ty = step::links_type(g, &sched);
+    let edges = sched.edges.iter().enumerate().map(|(e, edge)| {
+        let ty = &g.values[edge.value].ty;
+        let value = &g.values[edge.value].label;
+        let from = g.groups[edge.from.group().unwrap_or(0)].name.to_string();
+        let to = &g.groups[edge.to.group().unwrap_or(0)].name;
+        let route = match edge.route {
+            Route::Zip => quote!(#rt::Route::Zip),
+            Route::Fan { from, skip_from } => {
+                quote!(#rt::Route::Fan { from: #from, skip_from: #skip_from })
+            }
+            Route::One { from, to } => quote!(#rt::Route::One { from: #from, to: #to }),
+        };
+        let var = format_ident!("__e{}", e);
+        quote!(let #var = __links.edge::<#ty>(#value, #from, #route, #to.len());)
+    });
+    let edge_vars = (0..sched.edges.len()).map(|e| format_ident!("__e{}", e));
     let launches = groups.iter().map(|p| {
         let d = &g.groups[p.index];
-        let (n, field, step) = (&d.name, group_field(&d.name), step_name(&d.name));
+        let (n, field, step) = (&d.name, group_field(&d.name), step::name(g, p.index));
         let s = n.to_string();
         let stages = &d.stages;
-        // A root outside the group is an error here, before any thread starts.
-        let roots = d.roots.iter().map(|(stage, root)| {
-            quote!(#rt::check_root(#s, #n.len(), #stage, #root)?;)
-        });
+        let (_, schedule) = &p.step;
         quote! {
-            #(#roots)*
-            let #field = #rt::Group::launch(#s, #n, &backend, &[#(#stages),*], Self::#step::<__B::Comm>)?;
+            let #field = {
+                let __edges = ::core::clone::Clone::clone(&__edges);
+                #rt::Group::launch(
+                    #s, #n, &backend, &[#(#stages),*], #schedule, &__links,
+                    move |__a, __c, __i| Self::#step::<__B::Comm>(__a, __c, __i, &__edges),
+                )?
+            };
         }
     });
     let field_names: Vec<Ident> = g.groups.iter().map(|d| group_field(&d.name)).collect();
@@ -152,15 +166,16 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             quote!((#(#torn),*)),
         )
     };
-    let ready = field_names_for_ready(g);
     let input_names: Vec<&Ident> = g.inputs.iter().map(|i| &i.name).collect();
 
-    let steps = groups.iter().map(|p| step_fn(g, p));
+    let steps = groups.iter().map(|p| &p.step.0);
     let group_names = g.groups.iter().map(|d| d.name.to_string());
     let launch_doc = format!(
         "Spawns one thread per actor of every group ({}), each with its communicator endpoint from `backend`.",
         g.groups.iter().map(|d| format!("`{}`", d.name)).collect::<Vec<_>>().join(", ")
     );
+    let dot = dot::to_dot(g, &sched);
+    let index_asserts = index_asserts(g);
 
     let bounds = gather_bounds(g);
 
@@ -168,7 +183,13 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         #(#attrs)*
         #vis struct #name #bounds {
             #(#fields,)*
+            /// Set while `execute` hands out inputs and collects outputs: still set at the
+            /// next `execute` only if the last one unwound in between (some actors may have
+            /// run it and others not), which breaks the graph.
+            __executing: bool,
         }
+
+        #(#index_asserts)*
 
         impl #name #bounds {
             /// The actor groups of this graph, in declaration order.
@@ -176,19 +197,25 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
 
             #[doc = #launch_doc]
             ///
-            /// Fails if a group is empty, if groups that feed one output differ in size, or
-            /// if the backend cannot connect the actors.
+            /// Fails if a group is empty, if groups that feed one output or whose values one
+            /// another reads differ in size, if the graph addresses an actor a group does
+            /// not have, or if the backend cannot connect the actors.
             pub fn launch<__B: #rt::Backend>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
-                #size_check
+                #(#to_vecs)*
+                #checks
+                let mut __links = #rt::Links::new();
+                #(#edges)*
+                let __edges: #links_ty = (#(#edge_vars,)*);
                 #(#launches)*
-                #rt::Result::Ok(Self { #(#field_names),* })
+                #rt::Result::Ok(Self { #(#field_names,)* __executing: false })
             }
 
             /// Runs the graph once on every actor and returns the output, indexed by rank.
             ///
             /// If a method fails or panics on any rank, every rank skips the rest of its
-            /// collectives and this returns the error; the graph stays usable (an actor that
-            /// panicked stays poisoned).
+            /// collectives, every actor waiting for one of its values learns it, and this
+            /// returns that first error; the graph stays usable (an actor that panicked
+            /// stays poisoned).
             #[allow(clippy::too_many_arguments)]
             pub fn execute(&mut self, #(#input_params),*) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
                 self.__execute(#(#input_names,)* ::core::option::Option::None)
@@ -205,16 +232,24 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             #[allow(clippy::too_many_arguments)]
             fn __execute(&mut self, #(#input_params,)* __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
                 let _ = (#(#unused_inputs,)*);
-                #(#ready)*
+                if self.__executing {
+                    #(self.#field_names.mark_broken("an earlier `execute` panicked in the driver (an input's `Clone`?) before every actor had its input");)*
+                }
+                #(self.#field_names.ready()?;)*
+                self.__executing = true;
                 #(#submits)*
                 #(#collects)*
-                #assemble
+                self.__executing = false;
+                match (#(#results,)*) {
+                    (#(#rt::Result::Ok(#results),)*) => { #assemble }
+                    (#(#results,)*) => #rt::Result::Err(#rt::root_cause([#(#results.err()),*])),
+                }
             }
 
             /// Stops the actor threads and hands the actors back, by rank, with their state;
             /// an error if any actor is not intact (poisoned, lost, or stuck in a method).
             pub fn teardown(self) -> #rt::Result<#teardown_ty, #rt::Error> {
-                let Self { #(#field_names),* } = self;
+                let Self { #(#field_names,)* .. } = self;
                 #(let #torn = #field_names.teardown();)*
                 #rt::Result::Ok(#teardown_val)
             }
@@ -223,14 +258,96 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// and, for each other one, why not. Returns within a bounded time even if an
             /// actor is stuck in a method (its thread is then detached).
             pub fn teardown_each(self) -> #each_ty {
-                let Self { #(#field_names),* } = self;
+                let Self { #(#field_names,)* .. } = self;
                 #(let #torn = #field_names.teardown_each();)*
                 #each_val
+            }
+
+            /// The graph as Graphviz DOT: a cluster per actor group with its method calls
+            /// and fused stages (one node each), the inputs, the output, and the edges
+            /// between them; values that cross between actors are drawn bold and say which
+            /// ranks they connect. Render it with `dot -Tsvg`.
+            pub fn to_dot() -> #rt::String {
+                #rt::String::from(#dot)
             }
 
             #(#steps)*
         }
     }
+}
+
+/// Everything `launch` checks before it starts a thread: groups zipped into one output or
+/// connected by a per-actor edge have equal sizes; every addressed actor and every root
+/// exists.
+fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStream {
+    let rt = rt();
+    let zipped: Vec<&GroupPlan> = groups.iter().filter(|p| !p.out_parts.is_empty()).collect();
+    let size_check = if zipped.len() > 1 {
+        let checks = zipped.iter().map(|p| {
+            let n = &g.groups[p.index].name;
+            let s = n.to_string();
+            quote!((#s, #n.len()))
+        });
+        quote!(#rt::same_size(&[#(#checks),*])?;)
+    } else {
+        quote!()
+    };
+    let indices = g.groups.iter().flat_map(|d| {
+        let rt = rt.clone();
+        let n = &d.name;
+        let s = n.to_string();
+        d.indices
+            .iter()
+            .map(move |(k, _)| quote!(#rt::check_index(#s, #n.len(), #k)?;))
+    });
+    let roots = g.groups.iter().flat_map(|d| {
+        let rt = rt.clone();
+        let n = &d.name;
+        let s = n.to_string();
+        d.roots
+            .iter()
+            .map(move |(stage, root)| quote!(#rt::check_root(#s, #n.len(), #stage, #root)?;))
+    });
+    let edges = sched.edges.iter().filter_map(|e| {
+        // Only a per-actor value maps actor i to actor i; a value of one actor goes
+        // wherever its index (checked above) says.
+        let (Place::Group(from), Some(to)) = (e.from, e.to.group()) else {
+            return None;
+        };
+        let (f, t) = (&g.groups[from].name, &g.groups[to].name);
+        let (fs, ts) = (f.to_string(), t.to_string());
+        let value = &g.values[e.value].label;
+        Some(quote!(#rt::check_edge(#value, (#fs, #f.len()), (#ts, #t.len()))?;))
+    });
+    quote! {
+        #(#indices)*
+        #(#roots)*
+        #(#edges)*
+        #size_check
+    }
+}
+
+/// For a group whose size is a constant but not a literal (`[Worker; N]`), an index it
+/// addresses is checked by the compiler: a failing `const` assertion at the user's index.
+fn index_asserts(g: &Graph) -> Vec<TokenStream> {
+    g.groups
+        .iter()
+        .filter_map(|d| match &d.size {
+            Some((len, None)) => Some((d, len)),
+            _ => None,
+        })
+        .flat_map(|(d, len)| {
+            d.indices.iter().map(move |&(k, span)| {
+                let msg = format!(
+                    "`{}[{k}]` is out of range: group `{}` has `{}` actors",
+                    d.name,
+                    d.name,
+                    super::dot::tidy(&quote!(#len).to_string())
+                );
+                quote_spanned!(span=> const _: () = ::core::assert!(#k < (#len), #msg);)
+            })
+        })
+        .collect()
 }
 
 /// `where T: Gather, ..` for every value of an `allgather`, each predicate at the user's
@@ -266,7 +383,7 @@ fn gather_bounds(g: &Graph) -> TokenStream {
 
 /// `tokens` with every token located at `at` (keeping each token's hygiene), so that a
 /// diagnostic about any part of them points at `at`.
-fn respan(tokens: TokenStream, at: Span) -> TokenStream {
+pub(super) fn respan(tokens: TokenStream, at: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut tt| {
@@ -282,19 +399,20 @@ fn respan(tokens: TokenStream, at: Span) -> TokenStream {
         .collect()
 }
 
-fn field_names_for_ready(g: &Graph) -> Vec<TokenStream> {
-    g.groups
-        .iter()
-        .map(|d| {
-            let f = group_field(&d.name);
-            quote!(self.#f.ready()?;)
-        })
-        .collect()
+/// The type of one output part on one rank: a value of one actor is `Some` on that rank
+/// only.
+fn part_type(g: &Graph, k: usize) -> TokenStream {
+    let v = &g.values[g.output.parts[k]];
+    let ty = &v.ty;
+    match v.place {
+        Place::Actor(..) => quote!(::core::option::Option<#ty>),
+        _ => quote!(#ty),
+    }
 }
 
 /// The type of one rank's output.
 fn output_type(g: &Graph) -> TokenStream {
-    let tys = g.output.parts.iter().map(|&p| &g.values[p].ty);
+    let tys = (0..g.output.parts.len()).map(|k| part_type(g, k));
     if g.output.tuple {
         quote!((#(#tys,)*))
     } else {
@@ -302,55 +420,56 @@ fn output_type(g: &Graph) -> TokenStream {
     }
 }
 
+/// The output from every group's per-rank results (`Vec`s, already checked).
 fn assemble(g: &Graph, groups: &[GroupPlan], results: &[Ident]) -> TokenStream {
     let rt = rt();
-    let checks = results.iter().map(|r| quote!(let #r = #r?;));
     let contributing: Vec<&GroupPlan> = groups.iter().filter(|p| !p.out_parts.is_empty()).collect();
-    let body = if !g.output.tuple || contributing.len() == 1 {
+    if !g.output.tuple || contributing.len() == 1 {
         let r = &results[contributing[0].index];
-        quote!(#rt::Result::Ok(#r))
-    } else {
-        // Zip the groups' per-rank tuples and put the parts back in output order.
-        let part_ident = |k: usize| format_ident!("__out{}", k);
-        let mut iter = quote!(#rt::Vec::from(#rt::Vec::new()).into_iter());
-        let mut pat = quote!();
-        for (n, p) in contributing.iter().enumerate() {
-            let r = &results[p.index];
-            let parts = p.out_parts.iter().map(|&k| part_ident(k));
-            let this = quote!((#(#parts,)*));
-            if n == 0 {
-                iter = quote!(#r.into_iter());
-                pat = this;
-            } else {
-                iter = quote!(#iter.zip(#r));
-                pat = quote!((#pat, #this));
-            }
+        return quote!(#rt::Result::Ok(#r));
+    }
+    // Zip the groups' per-rank tuples and put the parts back in output order.
+    let part_ident = |k: usize| format_ident!("__out{}", k);
+    let mut iter = quote!();
+    let mut pat = quote!();
+    for (n, p) in contributing.iter().enumerate() {
+        let r = &results[p.index];
+        let parts = p.out_parts.iter().map(|&k| part_ident(k));
+        let this = quote!((#(#parts,)*));
+        if n == 0 {
+            iter = quote!(#r.into_iter());
+            pat = this;
+        } else {
+            iter = quote!(#iter.zip(#r));
+            pat = quote!((#pat, #this));
         }
-        let all = (0..g.output.parts.len()).map(part_ident);
-        quote!(#rt::Result::Ok(#iter.map(|#pat| (#(#all,)*)).collect()))
-    };
-    quote!(#(#checks)* #body)
+    }
+    let all = (0..g.output.parts.len()).map(part_ident);
+    quote!(#rt::Result::Ok(#iter.map(|#pat| (#(#all,)*)).collect()))
 }
 
 /// What one group runs and returns.
-struct GroupPlan {
-    index: usize,
+pub(super) struct GroupPlan {
+    pub(super) index: usize,
     /// Graph inputs this group reads, by input index.
-    inputs: Vec<usize>,
+    pub(super) inputs: Vec<usize>,
     /// Positions in the graph output that this group produces.
-    out_parts: Vec<usize>,
-    out_ty: TokenStream,
+    pub(super) out_parts: Vec<usize>,
+    pub(super) out_ty: TokenStream,
+    /// Its step function and its schedule of synchronizations.
+    step: (TokenStream, TokenStream),
 }
 
 impl GroupPlan {
-    fn new(g: &Graph, index: usize) -> Self {
+    fn new(g: &Graph, sched: &Schedule, index: usize) -> Self {
         let mut inputs = Vec::new();
-        for op in g.ops.iter().filter(|op| op.group == index) {
-            let args: &[ValueId] = match &op.kind {
+        for op in g.ops.iter().filter(|op| op.group() == index) {
+            let reads: &[_] = match &op.kind {
                 OpKind::Call { args, .. } => args,
+                OpKind::Tuple { parts } => parts,
                 _ => &[],
             };
-            for &a in args {
+            for &a in reads {
                 if let Some(i) = g.inputs.iter().position(|inp| inp.value == a) {
                     if !inputs.contains(&i) {
                         inputs.push(i);
@@ -364,10 +483,10 @@ impl GroupPlan {
             .parts
             .iter()
             .enumerate()
-            .filter(|(_, &v)| g.values[v].place == Place::Group(index))
+            .filter(|(_, &v)| g.values[v].place.group() == Some(index))
             .map(|(k, _)| k)
             .collect();
-        let tys = out_parts.iter().map(|&k| &g.values[g.output.parts[k]].ty);
+        let tys = out_parts.iter().map(|&k| part_type(g, k));
         let out_ty = if out_parts.is_empty() {
             quote!(())
         } else if g.output.tuple {
@@ -375,147 +494,21 @@ impl GroupPlan {
         } else {
             quote!(#(#tys)*)
         };
-        GroupPlan {
+        let mut plan = GroupPlan {
             index,
             inputs,
             out_parts,
             out_ty,
-        }
-    }
-}
-
-fn step_fn(g: &Graph, p: &GroupPlan) -> TokenStream {
-    let rt = rt();
-    let decl = &g.groups[p.index];
-    let (actor, markers) = (&decl.actor, &decl.markers);
-    let step = step_name(&decl.name);
-    let in_tys: Vec<&syn::Type> = p.inputs.iter().map(|&i| &g.inputs[i].ty).collect();
-    let bind_inputs = p.inputs.iter().enumerate().map(|(k, &i)| {
-        let inp = &g.inputs[i];
-        let (n, t) = (&inp.name, &inp.ty);
-        let k = syn::Index::from(k);
-        quote!(let #n: &#t = &__inputs.#k;)
-    });
-    // How often each value is read later, to move it at its last read instead of cloning.
-    let mut reads: HashMap<ValueId, usize> = HashMap::new();
-    for op in g.ops.iter().filter(|op| op.group == p.index) {
-        match &op.kind {
-            OpKind::Tuple { parts } => parts
-                .iter()
-                .for_each(|&v| *reads.entry(v).or_default() += 1),
-            OpKind::Fields { src } => *reads.entry(*src).or_default() += 1,
-            _ => {}
-        }
-    }
-    let borrow = |v: ValueId, at: Span| {
-        let val = &g.values[v];
-        let id = at_user(&val.ident, at);
-        match val.place {
-            Place::Input => quote!(#id),
-            Place::Group(_) => quote!(&#id),
-        }
-    };
-    let take = |v: ValueId, reads: &mut HashMap<ValueId, usize>| {
-        let id = &g.values[v].ident;
-        let left = reads.entry(v).or_default();
-        *left = left.saturating_sub(1);
-        if *left == 0 {
-            quote!(#id)
-        } else {
-            quote!(::core::clone::Clone::clone(&#id))
-        }
-    };
-    for &v in &g.output.parts {
-        *reads.entry(v).or_default() += 1;
-    }
-    let mut body = Vec::new();
-    for op in g.ops.iter().filter(|op| op.group == p.index) {
-        let outs: Vec<&Ident> = op.outs.iter().map(|&o| &g.values[o].ident).collect();
-        body.push(match &op.kind {
-            OpKind::Call {
-                method,
-                args,
-                arg_spans,
-                parens,
-            } => {
-                let args = args.iter().zip(arg_spans).map(|(&a, &s)| borrow(a, s));
-                let out = outs[0];
-                // A wrong argument count or type points at the user's `method(..)`.
-                let args = quote_spanned!(*parens=> (#(#args,)*));
-                let ctx = Ident::new("__ctx", Span::call_site().located_at(method.span()));
-                let call = quote_spanned!(method.span()=> call::<#actor, #markers::#method>);
-                let call_args = quote_spanned!(*parens=> (__actor, #args));
-                quote! {
-                    let #out = #ctx.#call #call_args?;
-                }
-            }
-            OpKind::Collective {
-                spec,
-                op: reduce,
-                root,
-                args,
-                stage,
-                span,
-                arg_spans,
-            } => {
-                let vals: Vec<Ident> = args
-                    .iter()
-                    .zip(arg_spans)
-                    .map(|(&a, &s)| at_user(&g.values[a].ident, s))
-                    .collect();
-                let collective = collective_expr(spec, reduce.as_ref(), root.as_ref(), *span);
-                stage_code(
-                    spec.kind,
-                    *stage,
-                    &outs,
-                    &vals,
-                    arg_spans,
-                    &collective,
-                    root.as_ref(),
-                )
-            }
-            OpKind::Tuple { parts } => {
-                let parts: Vec<TokenStream> = parts.iter().map(|&v| take(v, &mut reads)).collect();
-                let out = outs[0];
-                quote!(let #out = (#(#parts,)*);)
-            }
-            OpKind::Fields { src } => {
-                let src = take(*src, &mut reads);
-                quote!(let (#(#outs,)*) = #src;)
-            }
-        });
-    }
-    let parts: Vec<TokenStream> = p
-        .out_parts
-        .iter()
-        .map(|&k| take(g.output.parts[k], &mut reads))
-        .collect();
-    let result = if p.out_parts.is_empty() {
-        quote!(())
-    } else if g.output.tuple {
-        quote!((#(#parts,)*))
-    } else {
-        quote!(#(#parts)*)
-    };
-    let out_ty = &p.out_ty;
-    quote! {
-        #[doc(hidden)]
-        #[allow(unused_variables, clippy::let_unit_value, clippy::unused_unit)]
-        fn #step<__C: #rt::Communicator>(
-            __actor: &mut #actor,
-            __ctx: &mut #rt::StepCtx<__C>,
-            __inputs: &(#(#in_tys,)*),
-        ) -> #rt::Result<#out_ty, #rt::Error> {
-            #(#bind_inputs)*
-            #(#body)*
-            #rt::Result::Ok(#result)
-        }
+            step: (quote!(), quote!()),
+        };
+        plan.step = step::step_fn(g, sched, &plan);
+        plan
     }
 }
 
 /// `ident` located at the user's argument `at`, so that a type error on it points there
 /// and not at the value's definition; its hygiene stays that of `ident`.
-fn at_user(ident: &Ident, at: Span) -> Ident {
+pub(super) fn at_user(ident: &Ident, at: Span) -> Ident {
     let mut ident = ident.clone();
     ident.set_span(ident.span().located_at(at));
     ident
@@ -525,7 +518,7 @@ fn at_user(ident: &Ident, at: Span) -> Ident {
 /// the results. Every call that names a value is spanned at the user's argument and bound
 /// by the one trait this kind of collective needs, so that a value of a type that cannot go
 /// through it gets exactly one error, there.
-fn stage_code(
+pub(super) fn stage_code(
     kind: Kind,
     stage: usize,
     outs: &[&Ident],
@@ -585,7 +578,7 @@ fn stage_code(
 
 /// The runtime's description of a collective: the reduce op as written (or `Sum` at the
 /// collective's span) and the root as written.
-fn collective_expr(
+pub(super) fn collective_expr(
     spec: &CollectiveSpec,
     op: Option<&OpName>,
     root: Option<&Root>,
@@ -620,20 +613,24 @@ fn collective_expr(
 pub(crate) fn fallback(def: &GraphDef) -> TokenStream {
     let rt = rt();
     let (attrs, vis, name) = (&def.attrs, &def.vis, &def.name);
-    let groups = def.params.iter().filter_map(|p| match &p.ty {
-        syn::Type::Slice(s) => {
-            let (n, e) = (&p.name, &s.elem);
+    let groups = def.params.iter().filter_map(|p| match &p.group {
+        Some((e, None)) => {
+            let n = &p.name;
             Some(quote!(#n: #rt::Vec<#e>))
         }
-        _ => None,
+        Some((e, Some(len))) => {
+            let n = &p.name;
+            Some(quote!(#n: [#e; #len]))
+        }
+        None => None,
     });
     let inputs: Vec<TokenStream> = def
         .params
         .iter()
-        .filter_map(|p| match &p.ty {
-            syn::Type::Slice(_) => None,
-            ty => {
-                let n = &p.name;
+        .filter_map(|p| match &p.group {
+            Some(_) => None,
+            None => {
+                let (n, ty) = (&p.name, &p.ty);
                 Some(quote!(#n: #ty))
             }
         })
@@ -664,6 +661,10 @@ pub(crate) fn fallback(def: &GraphDef) -> TokenStream {
             }
             /// Not available: the graph has errors.
             pub fn teardown_each<__T>(self) -> __T {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn to_dot() -> #rt::String {
                 ::core::unreachable!()
             }
         }

@@ -1,11 +1,15 @@
-//! Lowering: the parsed graph becomes values (each living on a group or being a graph
-//! input) and ops (calls, collectives, tuple plumbing) in program order. Every check that
-//! needs no types happens here, with the user's span.
+//! Lowering: the parsed graph becomes values (each living on a group, on one actor of a
+//! group, or being a graph input) and ops (calls, collectives, tuple plumbing) in program
+//! order. Every check that needs no types happens here, with the user's span.
+//!
+//! A value is defined by a `let` before any use (a use of a later name is an error), so
+//! program order is a topological order of the dataflow graph and the graph has no cycle
+//! by construction: there is no syntax that could make one. The schedule relies on it.
 
 use std::collections::HashMap;
 
 use proc_macro2::{Ident, Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 
 use super::ops::{self, CollectiveSpec, Kind, OpName, Param, Root, REDUCE_OPS};
@@ -27,6 +31,12 @@ pub(crate) struct Graph<'a> {
 pub(crate) struct GroupDecl {
     pub(crate) name: Ident,
     pub(crate) actor: syn::Path,
+    /// The size of a fixed-size group (`[Worker; 2]`): its expression, and its value when
+    /// that is an integer literal.
+    pub(crate) size: Option<(syn::Expr, Option<usize>)>,
+    /// The actor indices the graph uses (`workers[1]`), each once, with its first span;
+    /// checked against the group's size at launch (or at compile time when it is known).
+    pub(crate) indices: Vec<(usize, Span)>,
     /// The path of the actor's method markers (`#[actor]`'s module).
     pub(crate) markers: syn::Path,
     /// The number of collective stages this group runs, and their names.
@@ -41,10 +51,25 @@ pub(crate) struct InputDecl {
     pub(crate) value: ValueId,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// Where a value lives.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub(crate) enum Place {
+    /// A graph input: every actor reads it.
     Input,
+    /// A per-actor value: one on every actor of the group.
     Group(usize),
+    /// A value on one actor, `group[index]`, only.
+    Actor(usize, usize),
+}
+
+impl Place {
+    /// The group whose actors hold it.
+    pub(crate) fn group(self) -> Option<usize> {
+        match self {
+            Place::Input => None,
+            Place::Group(g) | Place::Actor(g, _) => Some(g),
+        }
+    }
 }
 
 pub(crate) struct Value {
@@ -52,19 +77,32 @@ pub(crate) struct Value {
     pub(crate) ident: Ident,
     /// Whether `ident` is the user's name (else a generated temporary).
     named: bool,
+    /// How the user wrote it: its name, or the expression that made it.
+    pub(crate) label: String,
     pub(crate) place: Place,
+    /// Its type on an actor that holds it (a single-actor value is an `Option` of it in
+    /// the generated step, `Some` on its actor).
     pub(crate) ty: TokenStream,
 }
 
 pub(crate) struct Op {
-    pub(crate) group: usize,
+    /// Where it runs: `Group` or `Actor`, never `Input`.
+    pub(crate) place: Place,
     pub(crate) kind: OpKind,
     pub(crate) outs: Vec<ValueId>,
+}
+
+impl Op {
+    pub(crate) fn group(&self) -> usize {
+        self.place.group().unwrap_or(0)
+    }
 }
 
 pub(crate) enum OpKind {
     Call {
         method: Ident,
+        /// How the receiver is written: `workers` or `workers[0]`.
+        receiver: String,
         args: Vec<ValueId>,
         /// The user's expression for each argument, for error spans.
         arg_spans: Vec<Span>,
@@ -113,6 +151,9 @@ struct Lowerer<'d> {
     values: Vec<Value>,
     ops: Vec<Op>,
     scope: HashMap<String, (Binding, Span)>,
+    /// Every name a `let` of the graph defines, where: a use before its definition gets a
+    /// better error than an unknown name.
+    defined_later: HashMap<String, Span>,
     /// The op that produced a value, for tuple-field types.
     producer: HashMap<ValueId, usize>,
 }
@@ -125,16 +166,13 @@ pub(crate) fn lower<'a>(def: &'a GraphDef, diag: &mut Diag) -> Option<Graph<'a>>
         values: Vec::new(),
         ops: Vec::new(),
         scope: HashMap::new(),
+        defined_later: let_names(def),
         producer: HashMap::new(),
     };
     l.params(def);
     let output = l.body(def);
     // A group whose type is wrong has its own error already.
-    if !def
-        .params
-        .iter()
-        .any(|p| matches!(p.ty, syn::Type::Slice(_)))
-    {
+    if !def.params.iter().any(|p| p.group.is_some()) {
         l.diag.error(
             def.name.span(),
             "a graph needs at least one actor group parameter, e.g. `workers: [Worker]`",
@@ -171,13 +209,20 @@ impl Lowerer<'_> {
         self.scope.insert(key, (binding, name.span()));
     }
 
-    fn new_value(&mut self, ident: Option<Ident>, place: Place, ty: TokenStream) -> ValueId {
+    fn new_value(
+        &mut self,
+        ident: Option<Ident>,
+        label: String,
+        place: Place,
+        ty: TokenStream,
+    ) -> ValueId {
         let id = self.values.len();
         let named = ident.is_some();
         let ident = ident.unwrap_or_else(|| format_ident!("__v{}", id));
         self.values.push(Value {
             ident,
             named,
+            label,
             place,
             ty,
         });
@@ -186,16 +231,18 @@ impl Lowerer<'_> {
 
     fn params(&mut self, def: &GraphDef) {
         for p in &def.params {
-            match &p.ty {
-                syn::Type::Slice(s) => {
-                    let Some(actor) = actor_path(&s.elem) else {
+            let group = p.group.as_ref().map(|(elem, len)| (elem, len.as_ref()));
+            match (&p.ty, group) {
+                (_, Some((elem, len))) => {
+                    let Some(actor) = actor_path(elem) else {
                         self.diag.error_at(
-                            &s.elem,
+                            elem,
                             "an actor group's type is a path to an `#[actor]` type without generic arguments, e.g. `[Worker]`",
                         );
                         self.declare(&p.name, Binding::Failed);
                         continue;
                     };
+                    let size = len.map(|len| (len.clone(), int_literal(len)));
                     let mut markers = actor.clone();
                     if let Some(last) = markers.segments.last_mut() {
                         last.ident = marker_module(&last.ident);
@@ -204,14 +251,21 @@ impl Lowerer<'_> {
                     self.groups.push(GroupDecl {
                         name: p.name.clone(),
                         actor,
+                        size,
+                        indices: Vec::new(),
                         markers,
                         stages: Vec::new(),
                         roots: Vec::new(),
                     });
                     self.declare(&p.name, Binding::Group(idx));
                 }
-                ty => {
-                    let v = self.new_value(Some(p.name.clone()), Place::Input, quote!(#ty));
+                (ty, None) => {
+                    let v = self.new_value(
+                        Some(p.name.clone()),
+                        p.name.to_string(),
+                        Place::Input,
+                        quote!(#ty),
+                    );
                     self.inputs.push(InputDecl {
                         name: p.name.clone(),
                         ty: ty.clone(),
@@ -273,10 +327,13 @@ impl Lowerer<'_> {
                     return;
                 };
                 let v = match lowered {
-                    Lowered::One(v) => v,
-                    Lowered::Parts(parts) => self.tuple(parts),
+                    Lowered::One(v) => Some(v),
+                    Lowered::Parts(parts) => self.tuple(parts, &init.expr),
                 };
-                self.bind(&pi.ident, v);
+                match v {
+                    Some(v) => self.bind(&pi.ident, v),
+                    None => self.declare(&pi.ident, Binding::Failed),
+                }
             }
             syn::Pat::Wild(_) => {}
             syn::Pat::Tuple(t) => {
@@ -343,34 +400,78 @@ impl Lowerer<'_> {
     fn bind(&mut self, name: &Ident, v: ValueId) {
         if !self.values[v].named {
             self.values[v].ident = name.clone();
+            self.values[v].label = name.to_string();
             self.values[v].named = true;
         }
         self.declare(name, Binding::Value(v));
     }
 
-    fn tuple(&mut self, parts: Vec<ValueId>) -> ValueId {
-        let group = self.group_of(parts[0]).unwrap_or(0);
+    /// Packs values into one tuple value. Its parts must live on the same actors (graph
+    /// inputs, readable everywhere, may join them); `at` is the user's tuple, for errors.
+    fn tuple(&mut self, parts: Vec<ValueId>, at: &dyn ToTokens) -> Option<ValueId> {
+        let mut place = None;
+        for &p in &parts {
+            match (self.values[p].place, place) {
+                (Place::Input, _) => {}
+                (here, None) => place = Some(here),
+                (here, Some(first)) if here != first => {
+                    self.diag.error_at(
+                        at,
+                        format!(
+                            "a tuple's values must live on the same actors, but `{}` lives on {} and `{}` on {}",
+                            self.values[parts[0]].label,
+                            self.describe(first),
+                            self.values[p].label,
+                            self.describe(here)
+                        ),
+                    );
+                    return None;
+                }
+                _ => {}
+            }
+        }
+        let Some(place) = place else {
+            self.diag.error_at(
+                at,
+                "a tuple of graph inputs is not a per-actor value; make it one input of the graph",
+            );
+            return None;
+        };
         let tys = parts.iter().map(|&p| self.values[p].ty.clone());
         let ty = quote!((#(#tys,)*));
-        let out = self.new_value(None, Place::Group(group), ty);
+        let labels: Vec<&str> = parts
+            .iter()
+            .map(|&p| self.values[p].label.as_str())
+            .collect();
+        let label = format!("({})", labels.join(", "));
+        let out = self.new_value(None, label, place, ty);
         self.producer.insert(out, self.ops.len());
         self.ops.push(Op {
-            group,
+            place,
             kind: OpKind::Tuple { parts },
             outs: vec![out],
         });
-        out
+        Some(out)
+    }
+
+    /// Where a value lives, in words.
+    fn describe(&self, place: Place) -> String {
+        match place {
+            Place::Input => "every actor (a graph input)".into(),
+            Place::Group(g) => format!("group `{}`", self.groups[g].name),
+            Place::Actor(g, k) => format!("`{}[{k}]`", self.groups[g].name),
+        }
     }
 
     fn fields(&mut self, src: ValueId, n: usize) -> Option<Vec<ValueId>> {
         let place = self.values[src].place;
-        let Place::Group(group) = place else {
+        if place == Place::Input {
             self.diag.error(
                 self.values[src].ident.span(),
                 "a graph input cannot be destructured",
             );
             return None;
-        };
+        }
         let src_ty = self.values[src].ty.clone();
         let known: Option<Vec<TokenStream>> =
             self.producer
@@ -387,22 +488,16 @@ impl Lowerer<'_> {
                     Some(tys) if tys.len() == n => tys[i].clone(),
                     _ => quote!(<#src_ty as ::actorgraph::__private::TupleField<#i>>::Type),
                 };
-                self.new_value(None, place, ty)
+                let label = format!("{}.{i}", self.values[src].label);
+                self.new_value(None, label, place, ty)
             })
             .collect();
         self.ops.push(Op {
-            group,
+            place,
             kind: OpKind::Fields { src },
             outs: outs.clone(),
         });
         Some(outs)
-    }
-
-    fn group_of(&self, v: ValueId) -> Option<usize> {
-        match self.values[v].place {
-            Place::Group(g) => Some(g),
-            Place::Input => None,
-        }
     }
 
     fn output(&mut self, e: &syn::Expr) -> Option<Output> {
@@ -458,7 +553,7 @@ impl Lowerer<'_> {
     fn one(&mut self, e: &syn::Expr) -> Option<ValueId> {
         match self.expr(e)? {
             Lowered::One(v) => Some(v),
-            Lowered::Parts(parts) => Some(self.tuple(parts)),
+            Lowered::Parts(parts) => self.tuple(parts, e),
         }
     }
 
@@ -480,10 +575,28 @@ impl Lowerer<'_> {
                 None
             }
             None => {
-                self.diag
-                    .error(ident.span(), format!("cannot find `{ident}` in this graph"));
+                self.unknown(ident);
                 None
             }
+        }
+    }
+
+    /// Reports a name that is not (yet) defined.
+    fn unknown(&mut self, ident: &Ident) {
+        match self.defined_later.get(&ident.to_string()) {
+            Some(&def) => {
+                let mut e = syn::Error::new(
+                    ident.span(),
+                    format!(
+                        "`{ident}` is used before it is defined; a graph runs in the order it is written, so a value can only use values defined above it (and the graph cannot have a cycle)"
+                    ),
+                );
+                e.combine(syn::Error::new(def, format!("`{ident}` is defined here")));
+                self.diag.push(e);
+            }
+            None => self
+                .diag
+                .error(ident.span(), format!("cannot find `{ident}` in this graph")),
         }
     }
 
@@ -492,18 +605,49 @@ impl Lowerer<'_> {
             self.diag
                 .error_at(t, "graph method calls take no generic arguments");
         }
-        let group = match &*m.receiver {
+        let place = self.receiver(&m.receiver, &m.method);
+        // Arguments may live anywhere: a value of other actors comes over an edge (see the
+        // schedule); rustc checks its type against the method's parameter.
+        let args: Vec<Option<ValueId>> = m.args.iter().map(|a| self.one(a)).collect();
+        let place = place?;
+        let arg_ids: Vec<ValueId> = args.into_iter().collect::<Option<_>>()?;
+        let group = place.group().unwrap_or(0);
+        let decl = &self.groups[group];
+        let (actor, markers, method) = (&decl.actor, &decl.markers, &m.method);
+        let ty = quote_spanned!(method.span()=> <#actor as ::actorgraph::__private::Method<#markers::#method>>::Output);
+        let receiver = show(&m.receiver);
+        let label = format!("{receiver}.{method}(..)");
+        let out = self.new_value(None, label, place, ty);
+        self.producer.insert(out, self.ops.len());
+        self.ops.push(Op {
+            place,
+            kind: OpKind::Call {
+                method: m.method.clone(),
+                receiver,
+                args: arg_ids,
+                arg_spans: m.args.iter().map(|a| a.span()).collect(),
+                parens: m.paren_token.span.join(),
+            },
+            outs: vec![out],
+        });
+        Some(out)
+    }
+
+    /// The actors a method runs on: `group` (every actor) or `group[k]` (one).
+    fn receiver(&mut self, e: &syn::Expr, method: &Ident) -> Option<Place> {
+        match e {
+            syn::Expr::Paren(p) => self.receiver(&p.expr, method),
             syn::Expr::Path(p) => match p
                 .path
                 .get_ident()
                 .and_then(|i| self.scope.get(&i.to_string()).map(|b| (i, b.0)))
             {
-                Some((_, Binding::Group(g))) => Some(g),
+                Some((_, Binding::Group(g))) => Some(Place::Group(g)),
                 Some((_, Binding::Failed)) => None,
                 Some((i, Binding::Value(_))) => {
                     self.diag.error(
                         i.span(),
-                        format!("`{i}` is a value, not an actor group; methods are called on groups: `group.{}(..)`", m.method),
+                        format!("`{i}` is a value, not an actor group; methods are called on groups: `group.{method}(..)` or `group[0].{method}(..)`"),
                     );
                     None
                 }
@@ -512,56 +656,58 @@ impl Lowerer<'_> {
                     None
                 }
             },
+            syn::Expr::Index(ix) => {
+                let group = match self.receiver(&ix.expr, method)? {
+                    Place::Group(g) => g,
+                    _ => {
+                        self.diag
+                            .error_at(ix, "an actor is addressed once: `group[0].method(..)`");
+                        return None;
+                    }
+                };
+                let index = match &*ix.index {
+                    syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Int(lit),
+                        ..
+                    }) => lit.base10_parse::<usize>().ok(),
+                    _ => None,
+                };
+                let Some(index) = index else {
+                    let g = &self.groups[group].name;
+                    self.diag.error_at(
+                        &ix.index,
+                        format!(
+                            "an actor index is a rank, written as an integer literal such as `{g}[0]`, not `{}`",
+                            show(&ix.index)
+                        ),
+                    );
+                    return None;
+                };
+                let span = ix.index.span();
+                let decl = &mut self.groups[group];
+                if let Some((_, Some(size))) = &decl.size {
+                    if index >= *size {
+                        let msg = format!(
+                            "actor index {index} is out of range: group `{}` has {size} actors (ranks 0..{size})",
+                            decl.name
+                        );
+                        self.diag.error(span, msg);
+                        return None;
+                    }
+                }
+                if !decl.indices.iter().any(|&(k, _)| k == index) {
+                    decl.indices.push((index, span));
+                }
+                Some(Place::Actor(group, index))
+            }
             other => {
                 self.diag.error_at(
                     other,
-                    "methods are called on an actor group: `group.method(..)`",
+                    "methods are called on an actor group or on one of its actors: `group.method(..)` or `group[0].method(..)`",
                 );
                 None
             }
-        };
-        let args: Vec<Option<ValueId>> = m.args.iter().map(|a| self.one(a)).collect();
-        let group = group?;
-        let mut ok = true;
-        let mut arg_ids = Vec::new();
-        for (arg, expr) in args.into_iter().zip(&m.args) {
-            let arg = arg?;
-            if let Place::Group(g) = self.values[arg].place {
-                if g != group {
-                    self.diag.error_at(
-                        expr,
-                        format!(
-                            "this value lives on actor group `{}`, but `{}.{}` runs on group `{}`",
-                            self.groups[g].name,
-                            self.groups[group].name,
-                            m.method,
-                            self.groups[group].name
-                        ),
-                    );
-                    ok = false;
-                }
-            }
-            arg_ids.push(arg);
         }
-        if !ok {
-            return None;
-        }
-        let decl = &self.groups[group];
-        let (actor, markers, method) = (&decl.actor, &decl.markers, &m.method);
-        let ty = quote_spanned!(method.span()=> <#actor as ::actorgraph::__private::Method<#markers::#method>>::Output);
-        let out = self.new_value(None, Place::Group(group), ty);
-        self.producer.insert(out, self.ops.len());
-        self.ops.push(Op {
-            group,
-            kind: OpKind::Call {
-                method: m.method.clone(),
-                args: arg_ids,
-                arg_spans: m.args.iter().map(|a| a.span()).collect(),
-                parens: m.paren_token.span.join(),
-            },
-            outs: vec![out],
-        });
-        Some(out)
     }
 
     fn collective(&mut self, c: &syn::ExprCall) -> Option<Lowered> {
@@ -638,6 +784,16 @@ impl Lowerer<'_> {
                     );
                     ok = false;
                 }
+                Place::Actor(g, k) => {
+                    self.diag.error_at(
+                        e,
+                        format!(
+                            "`{}` lives on one actor, `{}[{k}]`; `{fname}` runs on every actor of a group and takes per-actor values (results of `{}.method(..)`)",
+                            self.values[v].label, self.groups[g].name, self.groups[g].name
+                        ),
+                    );
+                    ok = false;
+                }
                 Place::Group(g) => match group {
                     None => group = Some((g, e)),
                     Some((g0, _)) if g0 != g => {
@@ -656,6 +812,18 @@ impl Lowerer<'_> {
             ins.push(v);
         }
         let (group, _) = group.filter(|_| ok && params_ok)?;
+        if let (Some(root), Some((_, Some(size)))) = (&root, &self.groups[group].size) {
+            if root.rank >= *size {
+                self.diag.error(
+                    root.span,
+                    format!(
+                        "root {} is out of range: group `{}` has {size} actors (ranks 0..{size})",
+                        root.rank, self.groups[group].name
+                    ),
+                );
+                return None;
+            }
+        }
         let stage = self.groups[group].stages.len();
         let mut shown: Vec<String> = exprs.iter().map(|e| show(e)).collect();
         if nested {
@@ -667,20 +835,26 @@ impl Lowerer<'_> {
         if let Some(root) = &root {
             self.groups[group].roots.push((name.clone(), root.rank));
         }
-        self.groups[group].stages.push(name);
+        self.groups[group].stages.push(name.clone());
         let outs: Vec<ValueId> = ins
             .iter()
             .zip(&exprs)
-            .map(|(&v, e)| {
+            .enumerate()
+            .map(|(i, (&v, e))| {
                 let ty = output_type(spec.kind, &self.values[v].ty, e.span());
-                self.new_value(None, Place::Group(group), ty)
+                let label = if nested {
+                    format!("{name}.{i}")
+                } else {
+                    name.clone()
+                };
+                self.new_value(None, label, Place::Group(group), ty)
             })
             .collect();
         for &o in &outs {
             self.producer.insert(o, self.ops.len());
         }
         self.ops.push(Op {
-            group,
+            place: Place::Group(group),
             kind: OpKind::Collective {
                 spec,
                 op,
@@ -819,6 +993,38 @@ impl Lowerer<'_> {
     }
 }
 
+/// An integer literal's value.
+fn int_literal(e: &syn::Expr) -> Option<usize> {
+    match e {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(lit),
+            ..
+        }) => lit.base10_parse().ok(),
+        _ => None,
+    }
+}
+
+/// Every name a `let` of the graph binds, with its span.
+fn let_names(def: &GraphDef) -> HashMap<String, Span> {
+    let mut names = HashMap::new();
+    let mut add = |pat: &syn::Pat| {
+        if let syn::Pat::Ident(pi) = pat {
+            names
+                .entry(pi.ident.to_string())
+                .or_insert_with(|| pi.ident.span());
+        }
+    };
+    for stmt in &def.stmts {
+        if let syn::Stmt::Local(local) = stmt {
+            match &local.pat {
+                syn::Pat::Tuple(t) => t.elems.iter().for_each(&mut add),
+                pat => add(pat),
+            }
+        }
+    }
+    names
+}
+
 /// Whether an argument is written like a reduce op (`Sum`, `ReduceOp::Sum`).
 fn looks_like_op(e: &syn::Expr) -> bool {
     match e {
@@ -854,6 +1060,9 @@ fn actor_path(ty: &syn::Type) -> Option<syn::Path> {
 fn show(e: &syn::Expr) -> String {
     let s = quote!(#e).to_string();
     s.replace(" . ", ".")
+        .replace(" [", "[")
+        .replace("[ ", "[")
+        .replace(" ]", "]")
         .replace("- ", "-")
         .replace(" (", "(")
         .replace("( ", "(")

@@ -1,12 +1,16 @@
 //! `graph!`: parse (syn AST, spans kept) -> lower into an IR of values and ops keyed by id,
-//! checking as it goes (every error collected with its span) -> schedule per actor group
-//! -> codegen. On error the graph still expands to its struct with the right methods, so
-//! the user sees the real errors and not a wall of secondary ones.
+//! checking as it goes (every error collected with its span) -> schedule (edges between
+//! actors, one order for every actor) -> codegen (the graph's type, a step per actor group,
+//! its DOT picture). On error the graph still expands to its struct with the right methods,
+//! so the user sees the real errors and not a wall of secondary ones.
 
 mod codegen;
+mod dot;
 mod ir;
 mod ops;
 mod parse;
+mod schedule;
+mod step;
 
 use proc_macro2::TokenStream;
 use quote::quote;

@@ -3,13 +3,19 @@
 //!
 //! ```text
 //! graph! {
-//!     #[attrs] vis Name(group: [Actor], input: Type, ..) {
+//!     #[attrs] vis Name(group: [Actor], fixed: [Actor; 2], input: Type, ..) {
 //!         let pattern = expr;   // pattern: `name` or `(a, b, ..)`
 //!         expr;                 // a call kept for its effect
 //!         output_expr           // a value or a tuple of values
 //!     }
 //! }
 //! ```
+//!
+//! `[Actor]` is always a group (an unsized slice cannot be an input). `[T; N]` is a group of
+//! N actors when the body calls a method on it (`fixed.method(..)`, `fixed[1].method(..)`),
+//! and otherwise an input of array type.
+
+use std::collections::HashSet;
 
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
@@ -29,6 +35,8 @@ pub(crate) struct GraphDef {
 pub(crate) struct ParamDef {
     pub(crate) name: Ident,
     pub(crate) ty: Type,
+    /// For an actor group: the actor type, and the size of a fixed-size group.
+    pub(crate) group: Option<(Type, Option<syn::Expr>)>,
 }
 
 impl Parse for Graphs {
@@ -48,12 +56,37 @@ impl Parse for GraphDef {
         let name = input.parse()?;
         let content;
         parenthesized!(content in input);
-        let params = Punctuated::<ParamDef, Token![,]>::parse_terminated(&content)?
+        let params: Vec<ParamDef> = Punctuated::<ParamDef, Token![,]>::parse_terminated(&content)?
             .into_iter()
             .collect();
         let body;
         braced!(body in input);
         let stmts = body.call(syn::Block::parse_within)?;
+        let mut receivers = HashSet::new();
+        for stmt in &stmts {
+            match stmt {
+                Stmt::Local(l) => {
+                    if let Some(init) = &l.init {
+                        collect_receivers(&init.expr, &mut receivers);
+                    }
+                }
+                Stmt::Expr(e, _) => collect_receivers(e, &mut receivers),
+                _ => {}
+            }
+        }
+        let params = params
+            .into_iter()
+            .map(|mut p: ParamDef| {
+                p.group = match &p.ty {
+                    Type::Slice(s) => Some(((*s.elem).clone(), None)),
+                    Type::Array(a) if receivers.contains(&p.name.to_string()) => {
+                        Some(((*a.elem).clone(), Some(a.len.clone())))
+                    }
+                    _ => None,
+                };
+                p
+            })
+            .collect();
         Ok(GraphDef {
             attrs,
             vis,
@@ -69,6 +102,42 @@ impl Parse for ParamDef {
         let name = input.parse()?;
         input.parse::<Token![:]>()?;
         let ty = input.parse()?;
-        Ok(ParamDef { name, ty })
+        Ok(ParamDef {
+            name,
+            ty,
+            group: None,
+        })
+    }
+}
+
+/// The names methods are called on (`name.method(..)`, `name[k].method(..)`) anywhere in
+/// an expression of the forms a graph body holds.
+fn collect_receivers(e: &syn::Expr, into: &mut HashSet<String>) {
+    use syn::Expr;
+    match e {
+        Expr::MethodCall(m) => {
+            let mut recv = &*m.receiver;
+            loop {
+                match recv {
+                    Expr::Paren(p) => recv = &p.expr,
+                    Expr::Index(i) => recv = &i.expr,
+                    _ => break,
+                }
+            }
+            match recv {
+                Expr::Path(p) => {
+                    if let Some(i) = p.path.get_ident() {
+                        into.insert(i.to_string());
+                    }
+                }
+                other => collect_receivers(other, into),
+            }
+            m.args.iter().for_each(|a| collect_receivers(a, into));
+        }
+        Expr::Call(c) => c.args.iter().for_each(|a| collect_receivers(a, into)),
+        Expr::Array(a) => a.elems.iter().for_each(|a| collect_receivers(a, into)),
+        Expr::Tuple(t) => t.elems.iter().for_each(|a| collect_receivers(a, into)),
+        Expr::Paren(p) => collect_receivers(&p.expr, into),
+        _ => {}
     }
 }

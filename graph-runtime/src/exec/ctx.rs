@@ -1,20 +1,36 @@
-//! What an actor's generated step sees: its rank, its communicator, its stages.
+//! What an actor's generated step sees: its rank, its communicator, its stages, the edges
+//! it sends on and receives from, and its schedule of those, which its failure path follows.
 
 use std::any::Any;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use crate::bucket::{Bucketable, FusedStage, Gather, Scatter, SlotIdx};
 use crate::comm::{Collective, Communicator};
-use crate::exec::Flag;
+use crate::exec::edge::{Edge, Links, RecvError};
+use crate::exec::{Activity, IN_CODE, IN_COLLECTIVE, ON_EDGE};
 use crate::method::Method;
 use crate::Error;
 
-/// The per-actor context of a generated step: calls methods, runs fused stages, and keeps
-/// every rank's collectives in step when this rank fails.
+/// One operation of a group's step that waits for other actors, in the order the step runs
+/// them. `graph!` emits the list; a rank that fails runs the rest of it in "failed" mode
+/// (see [`StepCtx`]), so the order is the one every actor agreed on at compile time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPoint {
+    /// Fused stage `idx` of the group.
+    Stage(usize),
+    /// Sending on edge `idx` of the graph (by the ranks that produce its value).
+    Send(usize),
+    /// Receiving from edge `idx` of the graph (by the ranks that read its value).
+    Recv(usize),
+}
+
+/// The per-actor context of a generated step: calls methods, runs fused stages, moves
+/// values over edges, and, when this rank fails, still takes its part in every remaining
+/// stage and edge, in schedule order, so that no other actor waits for it forever.
 pub struct StepCtx<C> {
     group: &'static str,
     rank: usize,
@@ -22,8 +38,12 @@ pub struct StepCtx<C> {
     stages: Box<[FusedStage]>,
     round: u64,
     poisoned: Option<String>,
-    /// Set while this rank is inside a collective (see `Group::collect`'s timeout).
-    in_collective: Arc<[Flag]>,
+    /// Per rank, what it is doing (see `Group::collect`'s timeout).
+    activity: Arc<[Activity]>,
+    schedule: &'static [SyncPoint],
+    /// Per schedule position, the last round whose send or receive there was done.
+    marks: Box<[u64]>,
+    links: Links,
 }
 
 impl<C: Communicator> StepCtx<C> {
@@ -31,7 +51,9 @@ impl<C: Communicator> StepCtx<C> {
         group: &'static str,
         comm: C,
         stage_names: &[&'static str],
-        in_collective: Arc<[Flag]>,
+        schedule: &'static [SyncPoint],
+        links: Links,
+        activity: Arc<[Activity]>,
     ) -> Self {
         Self {
             group,
@@ -40,8 +62,15 @@ impl<C: Communicator> StepCtx<C> {
             stages: stage_names.iter().map(|&n| FusedStage::new(n)).collect(),
             round: 0,
             poisoned: None,
-            in_collective,
+            activity,
+            schedule,
+            marks: vec![0; schedule.len()].into_boxed_slice(),
+            links,
         }
+    }
+
+    fn activity(&self) -> &AtomicU8 {
+        &self.activity[self.rank].0
     }
 
     /// The message of the panic that poisoned this actor, if one did.
@@ -83,17 +112,114 @@ impl<C: Communicator> StepCtx<C> {
             comm: &mut self.comm,
             group: self.group,
             round: self.round,
-            in_collective: &self.in_collective[self.rank].0,
+            activity: &self.activity[self.rank].0,
             _values: PhantomData,
         }
     }
 
-    /// Runs one execution of `step`; whatever happens, this rank takes part in every stage,
-    /// so no peer waits for it forever.
+    /// Marks schedule position `at` as done in this round.
+    fn mark(&mut self, at: usize) {
+        if let Some(m) = self.marks.get_mut(at) {
+            *m = self.round;
+        }
+    }
+
+    /// Sends this rank's `value` to the one actor it feeds over `edge` (schedule position
+    /// `at`); waits only while that actor has not taken the previous round's value.
+    #[inline]
+    pub fn send<T: Send + 'static>(
+        &mut self,
+        at: usize,
+        edge: &Edge<T>,
+        value: T,
+    ) -> Result<(), Error> {
+        self.mark(at);
+        self.activity().store(ON_EDGE, Relaxed);
+        let sent = edge.send(self.rank, self.round, value);
+        self.activity().store(IN_CODE, Relaxed);
+        sent.map_err(|_| self.stopped(edge))
+    }
+
+    /// Sends this rank's `value` to every actor it feeds over `edge`: a `clone` each, the
+    /// value itself to the last. (The clone function comes from the generated code, so
+    /// that a type without `Clone` gets one error, at the user's argument.)
+    #[inline]
+    pub fn send_each<T: Send + 'static>(
+        &mut self,
+        at: usize,
+        edge: &Edge<T>,
+        value: T,
+        clone: fn(&T) -> T,
+    ) -> Result<(), Error> {
+        self.mark(at);
+        self.activity().store(ON_EDGE, Relaxed);
+        let sent = edge.send_each(self.rank, self.round, value, clone);
+        self.activity().store(IN_CODE, Relaxed);
+        sent.map_err(|_| self.stopped(edge))
+    }
+
+    /// Receives this round's value from `edge` (schedule position `at`). If its producer
+    /// failed, this rank fails with [`Error::Upstream`], which `execute` reports as the
+    /// producer's own error.
+    #[inline]
+    pub fn recv<T: Send + 'static>(&mut self, at: usize, edge: &Edge<T>) -> Result<T, Error> {
+        self.mark(at);
+        self.activity().store(ON_EDGE, Relaxed);
+        let got = edge.recv(self.rank, self.round);
+        self.activity().store(IN_CODE, Relaxed);
+        got.map_err(|e| match e {
+            RecvError::Failed { from_rank } => Error::Upstream {
+                group: self.group,
+                rank: self.rank,
+                value: edge.value(),
+                from_group: edge.from_group(),
+                from_rank,
+            },
+            RecvError::Aborted => self.stopped(edge),
+        })
+    }
+
+    #[cold]
+    fn stopped<T>(&self, edge: &Edge<T>) -> Error {
+        Error::Broken {
+            group: self.group,
+            reason: format!(
+                "value `{}` of group `{}` could not reach rank {}: the graph was stopped",
+                edge.value(),
+                edge.from_group(),
+                self.rank
+            ),
+        }
+    }
+
+    /// The value of a single-actor value (`workers[k].method(..)`) on the actor that holds
+    /// it. Generated code asks only that actor, where it is always there.
+    #[inline]
+    pub fn held<'h, T>(&self, value: &'h Option<T>) -> Result<&'h T, Error> {
+        value.as_ref().ok_or_else(|| self.missing())
+    }
+
+    /// Like [`StepCtx::held`], taking the value.
+    #[inline]
+    pub fn take_held<T>(&self, value: Option<T>) -> Result<T, Error> {
+        value.ok_or_else(|| self.missing())
+    }
+
+    #[cold]
+    fn missing(&self) -> Error {
+        Error::ActorLost {
+            group: self.group,
+            rank: self.rank,
+            reason: "internal error: a single-actor value is missing on its actor".into(),
+        }
+    }
+
+    /// Runs one execution of `step`; whatever happens, this rank takes part in every stage
+    /// and every edge of its schedule, so no peer waits for it forever.
     pub(crate) fn execute<A, I, O>(
         &mut self,
         actor: &mut A,
-        step: fn(&mut A, &mut Self, &I) -> Result<O, Error>,
+        step: &impl Fn(&mut A, &mut Self, &I) -> Result<O, Error>,
         input: &I,
     ) -> Result<O, Error> {
         self.round += 1;
@@ -125,16 +251,42 @@ impl<C: Communicator> StepCtx<C> {
         })
     }
 
-    /// Joins, as a failed rank, every stage this execution has not reached.
+    /// Runs, as a failed rank, every synchronization this execution has not reached, in
+    /// schedule order: joins each stage as failed (its peers skip the payload), sends a
+    /// failure marker on each edge this rank produces, and takes and drops each value it
+    /// was due. Following the schedule's order is what keeps the failure path as free of
+    /// deadlocks as the normal one (see the schedule in `graph!`'s codegen).
     fn drain(&mut self) {
-        let flag = &self.in_collective[self.rank].0;
-        for st in self.stages.iter_mut() {
-            if st.last_round != self.round {
-                st.last_round = self.round;
-                flag.store(true, Relaxed);
-                st.skip(&mut self.comm);
-                flag.store(false, Relaxed);
+        let (rank, round) = (self.rank, self.round);
+        let activity = &self.activity[rank].0;
+        for (at, point) in self.schedule.iter().enumerate() {
+            match *point {
+                SyncPoint::Stage(idx) => {
+                    if let Some(st) = self.stages.get_mut(idx) {
+                        skip_stage(st, &mut self.comm, round, activity);
+                    }
+                }
+                SyncPoint::Send(e) | SyncPoint::Recv(e) => {
+                    if self.marks[at] == round {
+                        continue;
+                    }
+                    self.marks[at] = round;
+                    let Some(edge) = self.links.get(e) else {
+                        continue;
+                    };
+                    activity.store(ON_EDGE, Relaxed);
+                    if matches!(point, SyncPoint::Send(_)) {
+                        edge.fail_from(rank, round);
+                    } else {
+                        edge.drain_to(rank, round);
+                    }
+                    activity.store(IN_CODE, Relaxed);
+                }
             }
+        }
+        // Every stage is in the schedule; this only guards against one that is not.
+        for st in self.stages.iter_mut() {
+            skip_stage(st, &mut self.comm, round, activity);
         }
     }
 
@@ -149,6 +301,16 @@ impl<C: Communicator> StepCtx<C> {
             method,
             message,
         }
+    }
+}
+
+/// Joins stage `st` as a failed rank, unless this round has joined it already.
+fn skip_stage<C: Communicator>(st: &mut FusedStage, comm: &mut C, round: u64, activity: &AtomicU8) {
+    if st.last_round != round {
+        st.last_round = round;
+        activity.store(IN_COLLECTIVE, Relaxed);
+        st.skip(comm);
+        activity.store(IN_CODE, Relaxed);
     }
 }
 
@@ -172,7 +334,7 @@ pub struct Stage<'a, 'v, C> {
     comm: &'a mut C,
     group: &'static str,
     round: u64,
-    in_collective: &'a AtomicBool,
+    activity: &'a AtomicU8,
     _values: PhantomData<&'v ()>,
 }
 
@@ -223,9 +385,9 @@ impl<'v, C: Communicator> Stage<'_, 'v, C> {
     #[inline]
     pub fn run(&mut self, collective: Collective) -> Result<(), Error> {
         self.st.last_round = self.round;
-        self.in_collective.store(true, Relaxed);
+        self.activity.store(IN_COLLECTIVE, Relaxed);
         let result = self.st.run(self.comm, collective, self.group);
-        self.in_collective.store(false, Relaxed);
+        self.activity.store(IN_CODE, Relaxed);
         result
     }
 

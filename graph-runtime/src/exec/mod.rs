@@ -1,10 +1,20 @@
 //! Actor threads: one owner of the threads per group, driver <-> actor slots, launch and
-//! teardown.
+//! teardown; and the edges that carry values between actors ([`edge`]).
+//!
+//! What still assumes that the driver waits for every rank before the next execution (to
+//! revisit for pipelining): each actor's input and output slot holds one value (`submit`
+//! overwrites it, `collect` takes it), `collect` matches outputs to executions by counting
+//! `done` advances, and a fused stage reuses its buffers only when no output view of the
+//! previous execution is alive (correct under overlap, but then it allocates). Edges do not
+//! assume it: their messages carry the round, and a full slot makes its producer wait.
 
 mod ctx;
+pub(crate) mod edge;
 
-pub use ctx::{Stage, StepCtx};
+pub use ctx::{Stage, StepCtx, SyncPoint};
+pub use edge::{Edge, EdgeValue, Links, Route};
 
+use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -15,8 +25,16 @@ use crate::sync::prims::AtomicBool;
 use crate::sync::Epoch;
 use crate::Error;
 
-/// The generated per-actor step of a graph.
-pub type StepFn<A, C, I, O> = fn(&mut A, &mut StepCtx<C>, &I) -> Result<O, Error>;
+/// The generated per-actor step of a graph: a closure over the graph's edges.
+pub trait StepFn<A, C, I, O>:
+    Fn(&mut A, &mut StepCtx<C>, &I) -> Result<O, Error> + Clone + Send + 'static
+{
+}
+
+impl<A, C, I, O, F> StepFn<A, C, I, O> for F where
+    F: Fn(&mut A, &mut StepCtx<C>, &I) -> Result<O, Error> + Clone + Send + 'static
+{
+}
 
 /// When an execution must be done by, and the timeout it came from (for the error).
 #[derive(Clone, Copy, Debug)]
@@ -52,6 +70,9 @@ pub struct Group<A, I, O> {
     /// Per actor, the `done` value last seen by the driver.
     done_seen: Vec<u64>,
     abort: AbortHandle,
+    /// The graph's edges, aborted with the communicator: a group that breaks or stops must
+    /// not leave an actor of another group waiting for its values.
+    links: Links,
     /// Why the group cannot run any more, if it cannot.
     broken: Option<String>,
 }
@@ -65,18 +86,26 @@ struct Returned<A> {
 
 struct Shared<I, O> {
     slots: Box<[Slot<I, O>]>,
-    /// Per rank, whether it is inside a collective (waiting on peers) rather than in its
-    /// own code; shared with its `StepCtx` so a timeout can name the culprits.
-    in_collective: Arc<[Flag]>,
+    /// Per rank, whether it is in its own code or waiting for other actors (in a collective
+    /// or on an edge); shared with its `StepCtx` so a timeout can name the culprits.
+    activity: Arc<[Activity]>,
     shutdown: AtomicBool,
     /// Advanced by each thread as it ends, however it ends.
     exits: Epoch,
 }
 
-/// A flag on its own cache line.
+/// What a rank is doing, on its own cache line: [`IN_CODE`], [`IN_COLLECTIVE`] or
+/// [`ON_EDGE`].
 #[derive(Default)]
 #[repr(align(128))]
-pub(crate) struct Flag(pub(crate) std::sync::atomic::AtomicBool);
+pub(crate) struct Activity(pub(crate) AtomicU8);
+
+/// Running its own code: methods, packing, the step itself.
+pub(crate) const IN_CODE: u8 = 0;
+/// Inside a collective, waiting for the peers of its group.
+pub(crate) const IN_COLLECTIVE: u8 = 1;
+/// Waiting on an edge, for another actor's value or for room to send one.
+pub(crate) const ON_EDGE: u8 = 2;
 
 #[repr(align(128))]
 struct Slot<I, O> {
@@ -99,13 +128,17 @@ where
     O: Send + 'static,
 {
     /// Spawns one thread per actor, named `actorgraph-<group>-<rank>`, each owning its actor,
-    /// its communicator endpoint and its fused stages.
+    /// its communicator endpoint and its fused stages. `schedule` lists the group's stages
+    /// and edge operations in step order; `links` holds every edge of the graph.
     pub fn launch<B: Backend>(
         name: &'static str,
         actors: Vec<A>,
         backend: &B,
         stage_names: &'static [&'static str],
-        step: StepFn<A, B::Comm, I, O>,
+        schedule: &'static [SyncPoint],
+        links: &Links,
+        // A plain `Fn` bound (not `StepFn`), so that rustc infers the closure's signature.
+        step: impl Fn(&mut A, &mut StepCtx<B::Comm>, &I) -> Result<O, Error> + Clone + Send + 'static,
     ) -> Result<Self, Error> {
         if actors.is_empty() {
             return Err(Error::EmptyGroup { group: name });
@@ -128,7 +161,7 @@ where
                     output: Mutex::new(None),
                 })
                 .collect(),
-            in_collective: (0..actors.len()).map(|_| Flag::default()).collect(),
+            activity: (0..actors.len()).map(|_| Activity::default()).collect(),
             shutdown: AtomicBool::new(false),
             exits: Epoch::new(),
         });
@@ -138,10 +171,12 @@ where
             threads: Vec::with_capacity(actors.len()),
             done_seen: vec![0; actors.len()],
             abort: comms[0].abort_handle(),
+            links: links.clone(),
             broken: None,
         };
         for (rank, (actor, comm)) in actors.into_iter().zip(comms).enumerate() {
             let shared = Arc::clone(&group.shared);
+            let (links, step) = (links.clone(), step.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("actorgraph-{name}-{rank}"))
                 .spawn(move || {
@@ -150,10 +185,11 @@ where
                         shared: &shared,
                         rank,
                         abort: comm.abort_handle(),
+                        links: links.clone(),
                     };
-                    let flags = Arc::clone(&shared.in_collective);
-                    let ctx = StepCtx::new(name, comm, stage_names, flags);
-                    let returned = actor_loop(actor, ctx, step, &shared, rank);
+                    let activity = Arc::clone(&shared.activity);
+                    let ctx = StepCtx::new(name, comm, stage_names, schedule, links, activity);
+                    let returned = actor_loop(actor, ctx, &step, &shared, rank);
                     drop(guard);
                     returned
                 });
@@ -258,12 +294,15 @@ where
     }
 
     fn time_out(&mut self, first_late: usize, timeout: Duration) -> Error {
+        let activity = |r: usize| self.shared.activity[r].0.load(Acquire);
         let late = (first_late..self.len())
             .filter(|&r| self.shared.slots[r].done.current() == self.done_seen[r]);
         let (mut waiting, mut ranks): (Vec<usize>, Vec<usize>) =
-            late.partition(|&r| self.shared.in_collective[r].0.load(Acquire));
-        if ranks.is_empty() {
-            // Everyone late is inside a collective: the communicator itself is stuck.
+            late.partition(|&r| activity(r) != IN_CODE);
+        if ranks.is_empty() && waiting.iter().all(|&r| activity(r) == IN_COLLECTIVE) {
+            // Everyone late is inside a collective: the communicator itself is stuck. (When
+            // some wait on an edge, the late actors are in another group, whose own timeout
+            // names them: `ranks` stays empty and the graph reports that one.)
             std::mem::swap(&mut ranks, &mut waiting);
         }
         self.break_with(format!(
@@ -282,6 +321,14 @@ where
             self.broken = Some(reason);
         }
         self.abort.abort();
+        self.links.abort();
+    }
+
+    /// Breaks the group for good: later executions return [`Error::Broken`] with `reason`,
+    /// and every actor waiting on a peer or an edge is released. The generated code calls it
+    /// when an earlier `execute` unwound in the driver after some actors got their input.
+    pub fn mark_broken(&mut self, reason: &str) {
+        self.break_with(reason.to_string());
     }
 
     /// Stops the threads and hands every actor back, by rank; an error if any actor is not
@@ -339,6 +386,7 @@ impl<A, I, O> Group<A, I, O> {
             }
             // A thread still busy in a step may be blocked on a peer: release it.
             self.abort.abort();
+            self.links.abort();
             if self.shared.exits.wait_past(seen, Some(deadline)).is_err() {
                 return;
             }
@@ -363,11 +411,14 @@ impl<A, I, O> Drop for Group<A, I, O> {
 }
 
 /// Marks an actor thread as ended however it ends; if it ends by unwinding, aborts the
-/// communicator so that no peer waits for it, and wakes the driver.
+/// communicator and the edges so that no peer waits for it, and wakes the driver.
 struct ExitGuard<'a, I, O> {
     shared: &'a Shared<I, O>,
     rank: usize,
     abort: AbortHandle,
+    /// Aborted too: an actor of another group may be waiting for this one's values, and
+    /// the driver may be collecting that group first.
+    links: Links,
 }
 
 impl<I, O> Drop for ExitGuard<'_, I, O> {
@@ -375,6 +426,7 @@ impl<I, O> Drop for ExitGuard<'_, I, O> {
         crate::sync::actor_ended();
         if std::thread::panicking() {
             self.abort.abort();
+            self.links.abort();
         }
         let slot = &self.shared.slots[self.rank];
         slot.exited.store(true, Release);
@@ -387,7 +439,7 @@ impl<I, O> Drop for ExitGuard<'_, I, O> {
 fn actor_loop<A, C: Communicator, I, O>(
     mut actor: A,
     mut ctx: StepCtx<C>,
-    step: StepFn<A, C, I, O>,
+    step: &impl StepFn<A, C, I, O>,
     shared: &Shared<I, O>,
     rank: usize,
 ) -> Returned<A> {

@@ -1,0 +1,446 @@
+//! The per-actor step of one group: its ops, sends and receives in schedule order (see
+//! `schedule`), as straight-line code with no boxing or dynamic dispatch per node.
+//!
+//! In the step, a per-actor value of the group is a local `T`; a single-actor value
+//! (`workers[k].method(..)`) is a local `Option<T>`, `Some` on actor k only; a value that
+//! comes over an edge is received into a local of the same shape. Values are borrowed by
+//! calls and stages, and moved at their last use by whatever needs them owned (a send, a
+//! tuple, the output), cloned before that.
+
+use std::collections::HashMap;
+
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+
+use super::codegen::{at_user, collective_expr, respan, rt, stage_code, GroupPlan};
+use super::ir::{Graph, OpKind, Place, ValueId};
+use super::schedule::{Item, Route, Schedule};
+
+/// A local of the generated step.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Local {
+    /// A graph value held by this group's actors.
+    Value(ValueId),
+    /// A value received over edge `e`.
+    Landed(usize),
+}
+
+fn step_name(name: &Ident) -> Ident {
+    format_ident!("__step_{}", name)
+}
+
+/// The name of a group's step function.
+pub(crate) fn name(g: &Graph, group: usize) -> Ident {
+    step_name(&g.groups[group].name)
+}
+
+/// The type of the graph's edges as the steps see them: a tuple of `Arc<Edge<T>>`, by
+/// edge index.
+pub(crate) fn links_type(g: &Graph, sched: &Schedule) -> TokenStream {
+    let rt = rt();
+    let tys = sched.edges.iter().map(|e| &g.values[e.value].ty);
+    quote!((#(#rt::Arc<#rt::Edge<#tys>>,)*))
+}
+
+struct Gen<'a> {
+    g: &'a Graph<'a>,
+    sched: &'a Schedule,
+    group: usize,
+    /// Uses of each local left in the step, to move it at the last one.
+    uses: HashMap<Local, usize>,
+    /// The group's synchronizations in order, for the runtime's failure path.
+    sync: Vec<TokenStream>,
+}
+
+/// The step function of group `p.index` and its schedule of synchronizations (the
+/// `&[SyncPoint]` the runtime's failure path follows).
+pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStream, TokenStream) {
+    let rt = rt();
+    let mut gen = Gen {
+        g,
+        sched,
+        group: p.index,
+        uses: HashMap::new(),
+        sync: Vec::new(),
+    };
+    gen.count_uses(p);
+    let body: Vec<TokenStream> = sched
+        .of_group(g, p.index)
+        .map(|item| gen.item(item))
+        .collect();
+    let result = gen.result(p);
+
+    let decl = &g.groups[p.index];
+    let actor = &decl.actor;
+    let step = name(g, p.index);
+    let in_tys: Vec<&syn::Type> = p.inputs.iter().map(|&i| &g.inputs[i].ty).collect();
+    let bind_inputs = p.inputs.iter().enumerate().map(|(k, &i)| {
+        let inp = &g.inputs[i];
+        let (n, t) = (&inp.name, &inp.ty);
+        let k = syn::Index::from(k);
+        quote!(let #n: &#t = &__inputs.#k;)
+    });
+    let links = links_type(g, sched);
+    let out_ty = &p.out_ty;
+    let sync = &gen.sync;
+    let f = quote! {
+        #[doc(hidden)]
+        #[allow(unused_variables, clippy::let_unit_value, clippy::unused_unit, clippy::type_complexity)]
+        fn #step<__C: #rt::Communicator>(
+            __actor: &mut #actor,
+            __ctx: &mut #rt::StepCtx<__C>,
+            __inputs: &(#(#in_tys,)*),
+            __links: &#links,
+        ) -> #rt::Result<#out_ty, #rt::Error> {
+            #(#bind_inputs)*
+            #(#body)*
+            #rt::Result::Ok(#result)
+        }
+    };
+    (f, quote!(&[#(#sync),*]))
+}
+
+impl Gen<'_> {
+    /// The local an argument of an op at `at` reads.
+    fn arg_local(&self, v: ValueId, at: Place) -> Option<Local> {
+        if let Some(&e) = self.sched.landing.get(&(v, at)) {
+            return Some(Local::Landed(e));
+        }
+        (self.g.values[v].place != Place::Input).then_some(Local::Value(v))
+    }
+
+    fn note(&mut self, l: Local) {
+        *self.uses.entry(l).or_default() += 1;
+    }
+
+    /// Counts every use of every local, in the same walk as the code generation.
+    fn count_uses(&mut self, p: &GroupPlan) {
+        let items: Vec<Item> = self.sched.of_group(self.g, self.group).collect();
+        for item in items {
+            match item {
+                Item::Op(i) => {
+                    let op = &self.g.ops[i];
+                    let reads: Vec<ValueId> = match &op.kind {
+                        OpKind::Call { args, .. } => args.clone(),
+                        OpKind::Collective { args, .. } => args.clone(),
+                        OpKind::Tuple { parts } => parts.clone(),
+                        OpKind::Fields { src } => vec![*src],
+                    };
+                    for v in reads {
+                        if let Some(l) = self.arg_local(v, op.place) {
+                            self.note(l);
+                        }
+                    }
+                }
+                Item::Send(e) => self.note(Local::Value(self.sched.edges[e].value)),
+                Item::Recv(e) => {
+                    let edge = &self.sched.edges[e];
+                    if let Route::Fan {
+                        skip_from: true, ..
+                    } = edge.route
+                    {
+                        self.note(Local::Value(edge.value));
+                    }
+                }
+            }
+        }
+        for &k in &p.out_parts {
+            self.note(Local::Value(self.g.output.parts[k]));
+        }
+    }
+
+    fn ident(&self, l: Local) -> Ident {
+        match l {
+            Local::Value(v) => self.g.values[v].ident.clone(),
+            Local::Landed(e) => format_ident!("__edge{}", e),
+        }
+    }
+
+    /// Uses `l` once more without taking it.
+    fn borrow(&mut self, l: Local) -> Ident {
+        if let Some(n) = self.uses.get_mut(&l) {
+            *n = n.saturating_sub(1);
+        }
+        self.ident(l)
+    }
+
+    /// Takes `l`: moved at its last use, else cloned. A single-actor local gives its
+    /// `Option`; `own_held` gives the value itself.
+    fn own(&mut self, l: Local, at: Span) -> TokenStream {
+        let id = at_user(&self.borrow(l), at);
+        if self.uses.get(&l).copied().unwrap_or(0) == 0 {
+            quote!(#id)
+        } else {
+            quote_spanned!(at=> ::core::clone::Clone::clone(&#id))
+        }
+    }
+
+    /// Takes `l` to send it to other actors: moved at its last use, else cloned, with the
+    /// error of a type without `Clone` at the user's argument `at`.
+    fn own_sent(&mut self, l: Local, at: Span) -> TokenStream {
+        let rt = rt();
+        let id = at_user(&self.borrow(l), at);
+        if self.uses.get(&l).copied().unwrap_or(0) == 0 {
+            quote!(#id)
+        } else {
+            respan(quote!(#rt::clone_value(&#id)), at)
+        }
+    }
+
+    /// Takes the value of a single-actor local on its actor: moved at its last use, else
+    /// cloned. The clone needs `T: Clone`, and says so at the user's argument `at`.
+    fn own_held(&mut self, l: Local, at: Span) -> TokenStream {
+        let rt = rt();
+        let id = at_user(&self.borrow(l), at);
+        if self.uses.get(&l).copied().unwrap_or(0) == 0 {
+            quote!(__ctx.take_held(#id)?)
+        } else {
+            respan(quote!(#rt::clone_value(__ctx.held(&#id)?)), at)
+        }
+    }
+
+    /// Whether a local holds `Option<T>` (a value of one actor) rather than `T`.
+    fn is_single(&self, l: Local) -> bool {
+        match l {
+            Local::Value(v) => matches!(self.g.values[v].place, Place::Actor(..)),
+            Local::Landed(e) => matches!(self.sched.edges[e].to, Place::Actor(..)),
+        }
+    }
+
+    /// The position of the next synchronization in the group's schedule.
+    fn sync_point(&mut self, point: TokenStream) -> usize {
+        self.sync.push(point);
+        self.sync.len() - 1
+    }
+
+    fn item(&mut self, item: Item) -> TokenStream {
+        match item {
+            Item::Op(i) => self.op(i),
+            Item::Send(e) => self.send(e),
+            Item::Recv(e) => self.recv(e),
+        }
+    }
+
+    fn op(&mut self, i: usize) -> TokenStream {
+        let rt = rt();
+        let g = self.g;
+        let op = &g.ops[i];
+        let outs: Vec<&Ident> = op.outs.iter().map(|&o| &g.values[o].ident).collect();
+        let on_rank = match op.place {
+            Place::Actor(_, k) => Some(k),
+            _ => None,
+        };
+        match &op.kind {
+            OpKind::Call {
+                method,
+                args,
+                arg_spans,
+                parens,
+                ..
+            } => {
+                let decl = &g.groups[self.group];
+                let (actor, markers) = (&decl.actor, &decl.markers);
+                // A single-actor value is taken out of its `Option` first, so that a type
+                // error on it reads as a plain mismatch at the user's argument.
+                let mut held = Vec::new();
+                let args: Vec<TokenStream> = args
+                    .iter()
+                    .zip(arg_spans)
+                    .enumerate()
+                    .map(|(n, (&a, &s))| match self.arg_local(a, op.place) {
+                        None => {
+                            let id = at_user(&g.values[a].ident, s);
+                            quote!(#id)
+                        }
+                        Some(l) if self.is_single(l) => {
+                            let id = self.borrow(l);
+                            let tmp = format_ident!("__arg{}", n);
+                            held.push(quote!(let #tmp = __ctx.held(&#id)?;));
+                            let tmp = at_user(&tmp, s);
+                            quote!(#tmp)
+                        }
+                        Some(l) => {
+                            let id = at_user(&self.borrow(l), s);
+                            quote_spanned!(s=> &#id)
+                        }
+                    })
+                    .collect();
+                let out = outs[0];
+                // A wrong argument count or type points at the user's `method(..)`.
+                let args = quote_spanned!(*parens=> (#(#args,)*));
+                let ctx = Ident::new("__ctx", Span::call_site().located_at(method.span()));
+                let call = quote_spanned!(method.span()=> call::<#actor, #markers::#method>);
+                let call_args = quote_spanned!(*parens=> (__actor, #args));
+                let call = quote!(#ctx.#call #call_args?);
+                match on_rank {
+                    None => quote!(let #out = #call;),
+                    Some(k) => quote! {
+                        let #out = if __ctx.rank() == #k {
+                            #(#held)*
+                            #rt::Option::Some(#call)
+                        } else {
+                            #rt::Option::None
+                        };
+                    },
+                }
+            }
+            OpKind::Collective {
+                spec,
+                op: reduce,
+                root,
+                args,
+                stage,
+                span,
+                arg_spans,
+            } => {
+                self.sync_point(quote!(#rt::SyncPoint::Stage(#stage)));
+                let vals: Vec<Ident> = args
+                    .iter()
+                    .zip(arg_spans)
+                    .map(|(&a, &s)| at_user(&self.borrow(Local::Value(a)), s))
+                    .collect();
+                let collective = collective_expr(spec, reduce.as_ref(), root.as_ref(), *span);
+                stage_code(
+                    spec.kind,
+                    *stage,
+                    &outs,
+                    &vals,
+                    arg_spans,
+                    &collective,
+                    root.as_ref(),
+                )
+            }
+            OpKind::Tuple { parts } => {
+                let at = Span::call_site();
+                let parts: Vec<TokenStream> = parts
+                    .iter()
+                    .map(|&v| match self.arg_local(v, op.place) {
+                        None => {
+                            let id = &g.values[v].ident;
+                            quote!(::core::clone::Clone::clone(#id))
+                        }
+                        Some(l) if on_rank.is_some() => self.own_held(l, at),
+                        Some(l) => self.own(l, at),
+                    })
+                    .collect();
+                let out = outs[0];
+                match on_rank {
+                    None => quote!(let #out = (#(#parts,)*);),
+                    Some(k) => quote! {
+                        let #out = if __ctx.rank() == #k {
+                            #rt::Option::Some((#(#parts,)*))
+                        } else {
+                            #rt::Option::None
+                        };
+                    },
+                }
+            }
+            OpKind::Fields { src } => {
+                let src = self.own(Local::Value(*src), Span::call_site());
+                match on_rank {
+                    None => quote!(let (#(#outs,)*) = #src;),
+                    Some(_) => {
+                        let tmp: Vec<Ident> =
+                            (0..outs.len()).map(|i| format_ident!("__f{}", i)).collect();
+                        let nones = outs.iter().map(|_| quote!(#rt::Option::None));
+                        quote! {
+                            let (#(#outs,)*) = match #src {
+                                #rt::Option::Some((#(#tmp,)*)) => (#(#rt::Option::Some(#tmp),)*),
+                                #rt::Option::None => (#(#nones,)*),
+                            };
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends a value on edge `e` right after it exists (this group produces it).
+    fn send(&mut self, e: usize) -> TokenStream {
+        let rt = rt();
+        let edge = &self.sched.edges[e];
+        let at = self.sync_point(quote!(#rt::SyncPoint::Send(#e)));
+        let idx = syn::Index::from(e);
+        let span = edge.span;
+        let local = Local::Value(edge.value);
+        let value = if self.is_single(local) {
+            self.own_held(local, span)
+        } else {
+            self.own_sent(local, span)
+        };
+        // A value sent to several actors is cloned: its type must be `Clone`. The clone
+        // function named at the user's argument gives the one error, there (rustc merges
+        // it with the same error of `own_held`).
+        let clone_fn = respan(quote!(, #rt::clone_value), span);
+        let (send, clone_fn) = match edge.route {
+            Route::Fan { .. } => (quote!(send_each), clone_fn),
+            _ => (quote!(send), quote!()),
+        };
+        // Every actor of the group sends on a zip edge; on the others, only the one that
+        // holds the value (a single-actor value, or the rank a single actor reads).
+        let sender = match edge.route {
+            Route::Zip => None,
+            Route::Fan { from, .. } | Route::One { from, .. } => Some(from),
+        };
+        let code = quote! {
+            let __sent = #value;
+            __ctx.#send(#at, &*__links.#idx, __sent #clone_fn)?;
+        };
+        match sender {
+            None => quote!({ #code }),
+            Some(k) => quote!(if __ctx.rank() == #k { #code }),
+        }
+    }
+
+    /// Receives a value from edge `e` right before its first use (this group reads it).
+    fn recv(&mut self, e: usize) -> TokenStream {
+        let rt = rt();
+        let edge = &self.sched.edges[e];
+        let at = self.sync_point(quote!(#rt::SyncPoint::Recv(#e)));
+        let idx = syn::Index::from(e);
+        let landed = self.ident(Local::Landed(e));
+        let recv = quote!(__ctx.recv(#at, &*__links.#idx)?);
+        match (edge.route, edge.to) {
+            (
+                Route::Fan {
+                    from,
+                    skip_from: true,
+                },
+                _,
+            ) => {
+                let own = self.own_held(Local::Value(edge.value), edge.span);
+                quote! {
+                    let #landed = if __ctx.rank() == #from {
+                        #own
+                    } else {
+                        #recv
+                    };
+                }
+            }
+            (_, Place::Actor(_, j)) => quote! {
+                let #landed = if __ctx.rank() == #j {
+                    #rt::Option::Some(#recv)
+                } else {
+                    #rt::Option::None
+                };
+            },
+            _ => quote!(let #landed = #recv;),
+        }
+    }
+
+    /// The step's result: this group's parts of the graph output.
+    fn result(&mut self, p: &GroupPlan) -> TokenStream {
+        let parts: Vec<TokenStream> = p
+            .out_parts
+            .iter()
+            .map(|&k| self.own(Local::Value(self.g.output.parts[k]), Span::call_site()))
+            .collect();
+        if p.out_parts.is_empty() {
+            quote!(())
+        } else if self.g.output.tuple {
+            quote!((#(#parts,)*))
+        } else {
+            quote!(#(#parts)*)
+        }
+    }
+}

@@ -1,0 +1,496 @@
+//! Edges: values that cross from one actor's thread to another's.
+//!
+//! A graph value used by a method of other actors than the ones that hold it (a per-actor
+//! value of group A read by group B, or a value of `workers[0]` read by `workers[1]`)
+//! travels over an [`Edge`]: one slot per producer -> consumer pair, each holding at most one
+//! message. The producer's step sends right after the value exists; the consumer's step
+//! receives right before the method that reads it. The value itself moves (a `Tensor` is an
+//! `Arc`, so nothing is copied); a value sent to several actors is cloned once per extra
+//! receiver.
+//!
+//! Every execution puts exactly one message in every slot an actor is scheduled to fill,
+//! even when the actor failed: it then sends a failure marker instead of the value (see
+//! `StepCtx::drain`), and a consumer that failed takes and drops the message it was due.
+//! So a slot is empty again at the end of every execution, nothing waits for a message that
+//! will not come, and the consumer of a failed producer learns it and fails in turn.
+//!
+//! Messages carry the execution's round. A slot holds one message, so a producer that runs
+//! ahead of its consumer (several executions in flight) waits for the slot to empty: the
+//! edge is its own back-pressure, and needs no driver-side ordering.
+//!
+//! Waits spin, yield, then park (see [`crate::sync`]) and are abortable: when the graph
+//! breaks or is torn down, [`Links::abort`] releases every actor blocked on an edge.
+//! Steady state allocates nothing: a slot is two epochs and a mutex-guarded `Option`.
+
+use std::sync::{Arc, PoisonError};
+
+use crate::sync::prims::Mutex;
+use crate::sync::{Epoch, Interrupted};
+
+/// What a value read by several actors needs: each gets its own clone (a `Tensor` clone
+/// copies no data). Implemented for every `Clone` type; it exists for its error message.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is read by several actors, so it must implement `Clone`",
+    label = "this value goes to several actors",
+    note = "each actor gets its own clone; a `Tensor` clone copies no data"
+)]
+pub trait EdgeValue: Clone {}
+
+impl<T: Clone> EdgeValue for T {}
+
+/// Which actors an edge connects, by rank. Sizes are checked at `launch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Rank i of the producing group feeds rank i of the consuming group (equal sizes).
+    Zip,
+    /// Rank `from` feeds every rank of the consuming group. With `skip_from` (producer and
+    /// consumer are one group), rank `from` keeps its own value and gets no message.
+    Fan {
+        /// The producing rank.
+        from: usize,
+        /// Whether the consumer with rank `from` is the producer itself.
+        skip_from: bool,
+    },
+    /// Rank `from` feeds rank `to`, and nobody else.
+    One {
+        /// The producing rank.
+        from: usize,
+        /// The consuming rank.
+        to: usize,
+    },
+}
+
+impl Route {
+    /// The number of slots for a consuming group of `consumers` actors.
+    fn slots(self, consumers: usize) -> usize {
+        match self {
+            Route::Zip | Route::Fan { .. } => consumers,
+            Route::One { .. } => 1,
+        }
+    }
+
+    /// The slots producer `rank` fills.
+    fn outgoing(self, rank: usize, n: usize) -> impl Iterator<Item = usize> {
+        let range = match self {
+            Route::Zip if rank < n => rank..rank + 1,
+            Route::Fan { from, .. } if from == rank => 0..n,
+            Route::One { from, .. } if from == rank => 0..1,
+            _ => 0..0,
+        };
+        let skip = match self {
+            Route::Fan {
+                from,
+                skip_from: true,
+            } => Some(from),
+            _ => None,
+        };
+        range.filter(move |&s| Some(s) != skip)
+    }
+
+    /// The slot consumer `rank` reads, if it reads one.
+    fn incoming(self, rank: usize, n: usize) -> Option<usize> {
+        match self {
+            Route::Zip if rank < n => Some(rank),
+            Route::Fan { from, skip_from } if rank < n && !(skip_from && rank == from) => {
+                Some(rank)
+            }
+            Route::One { to, .. } if to == rank => Some(0),
+            _ => None,
+        }
+    }
+
+    /// The producing rank of slot `slot`.
+    fn producer(self, slot: usize) -> usize {
+        match self {
+            Route::Zip => slot,
+            Route::Fan { from, .. } | Route::One { from, .. } => from,
+        }
+    }
+}
+
+/// One message: the value, or `None` when its producer failed this round.
+struct Msg<T> {
+    round: u64,
+    value: Option<T>,
+}
+
+/// One producer -> consumer pair. `sent` and `taken` count the messages put in and taken
+/// out; the slot is full when they differ. Each has one writer (the producer, the consumer),
+/// so neither side needs a lock to know where it stands; the mutex only guards the data.
+struct Slot<T> {
+    sent: Epoch,
+    taken: Epoch,
+    msg: Mutex<Option<Msg<T>>>,
+}
+
+impl<T> Slot<T> {
+    fn new() -> Self {
+        Self {
+            sent: Epoch::new(),
+            taken: Epoch::new(),
+            msg: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> crate::sync::prims::MutexGuard<'_, Option<Msg<T>>> {
+        // The slot holds plain data; a panic elsewhere cannot leave it half-written.
+        self.msg.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits for the slot to be empty, then fills it.
+    fn put(&self, round: u64, value: Option<T>) -> Result<(), Interrupted> {
+        loop {
+            if self.sent.is_aborted() {
+                return Err(Interrupted::Aborted);
+            }
+            let taken = self.taken.current();
+            // Only this thread advances `sent`.
+            if self.sent.current() == taken {
+                break;
+            }
+            // Full: the consumer has not taken the last round's message yet.
+            self.taken.wait_past(taken, None)?;
+        }
+        *self.lock() = Some(Msg { round, value });
+        self.sent.advance();
+        Ok(())
+    }
+
+    /// Waits for this round's message and takes it. A message of an earlier round (its
+    /// consumer never ran that round) is dropped; one of a later round means that its
+    /// producer skipped this round, and stays for the round it belongs to.
+    fn take(&self, round: u64) -> Result<Option<T>, TakeError> {
+        loop {
+            // Only this thread advances `taken`.
+            let taken = self.taken.current();
+            let sent = self.sent.current();
+            if sent == taken {
+                self.sent
+                    .wait_past(sent, None)
+                    .map_err(|_| TakeError::Aborted)?;
+                continue;
+            }
+            let mut guard = self.lock();
+            match guard.as_ref().map(|m| m.round) {
+                Some(r) if r > round => return Err(TakeError::Skipped),
+                _ => {}
+            }
+            let msg = guard.take();
+            drop(guard);
+            self.taken.advance();
+            match msg {
+                Some(Msg { round: r, value }) if r == round => return Ok(value),
+                // Stale (or, impossibly, missing): dropped; wait for this round's.
+                _ => continue,
+            }
+        }
+    }
+
+    fn abort(&self) {
+        self.sent.abort();
+        self.taken.abort();
+    }
+}
+
+/// Why a consumer got no value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TakeError {
+    /// The edge was aborted: the graph broke or is being torn down.
+    Aborted,
+    /// The producer sent a later round's message: it never ran this round.
+    Skipped,
+}
+
+/// Why a [`Edge::recv`] returned no value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RecvError {
+    /// The producing rank failed this round (or never ran it).
+    Failed {
+        /// The producing rank.
+        from_rank: usize,
+    },
+    /// The edge was aborted.
+    Aborted,
+}
+
+/// A value's way from the actors that hold it to the actors that read it, one slot per
+/// producer -> consumer pair (see the module docs).
+pub struct Edge<T> {
+    /// The value's name in the graph, for errors.
+    value: &'static str,
+    /// The group that produces it, for errors.
+    from_group: &'static str,
+    route: Route,
+    slots: Box<[Slot<T>]>,
+}
+
+impl<T> Edge<T> {
+    /// The value's name in the graph.
+    pub fn value(&self) -> &'static str {
+        self.value
+    }
+
+    /// The group that produces the value.
+    pub fn from_group(&self) -> &'static str {
+        self.from_group
+    }
+}
+
+impl<T: Send + 'static> Edge<T> {
+    fn new(value: &'static str, from_group: &'static str, route: Route, consumers: usize) -> Self {
+        Self {
+            value,
+            from_group,
+            route,
+            slots: (0..route.slots(consumers)).map(|_| Slot::new()).collect(),
+        }
+    }
+
+    /// Sends producer `rank`'s value to the one consumer it feeds ([`Route::Zip`],
+    /// [`Route::One`]). A rank that feeds nobody drops the value.
+    pub(crate) fn send(&self, rank: usize, round: u64, value: T) -> Result<(), Interrupted> {
+        match self.route.outgoing(rank, self.slots.len()).next() {
+            Some(slot) => self.slots[slot].put(round, Some(value)),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends producer `rank`'s value to every consumer it feeds ([`Route::Fan`]): a clone
+    /// each, and the value itself to the last one.
+    pub(crate) fn send_each(
+        &self,
+        rank: usize,
+        round: u64,
+        value: T,
+        clone: fn(&T) -> T,
+    ) -> Result<(), Interrupted> {
+        let mut targets = self.route.outgoing(rank, self.slots.len()).peekable();
+        let mut value = Some(value);
+        while let Some(slot) = targets.next() {
+            let v = if targets.peek().is_none() {
+                value.take()
+            } else {
+                value.as_ref().map(clone)
+            };
+            self.slots[slot].put(round, v)?;
+        }
+        Ok(())
+    }
+
+    /// Receives consumer `rank`'s value of this round.
+    pub(crate) fn recv(&self, rank: usize, round: u64) -> Result<T, RecvError> {
+        let Some(slot) = self.route.incoming(rank, self.slots.len()) else {
+            // Generated code never asks a rank that reads nothing.
+            return Err(RecvError::Aborted);
+        };
+        let from_rank = self.route.producer(slot);
+        match self.slots[slot].take(round) {
+            Ok(Some(v)) => Ok(v),
+            Ok(None) | Err(TakeError::Skipped) => Err(RecvError::Failed { from_rank }),
+            Err(TakeError::Aborted) => Err(RecvError::Aborted),
+        }
+    }
+}
+
+/// What a failed rank does with the edges it has not reached yet, without their types.
+pub(crate) trait EdgeCtl: Send + Sync {
+    /// Puts a failure marker in every slot producer `rank` fills.
+    fn fail_from(&self, rank: usize, round: u64);
+    /// Takes and drops the message consumer `rank` is due.
+    fn drain_to(&self, rank: usize, round: u64);
+    /// Releases every wait on this edge, for good.
+    fn abort(&self);
+}
+
+impl<T: Send + 'static> EdgeCtl for Edge<T> {
+    fn fail_from(&self, rank: usize, round: u64) {
+        for slot in self.route.outgoing(rank, self.slots.len()) {
+            // Aborted: nobody is left to tell.
+            let _ = self.slots[slot].put(round, None);
+        }
+    }
+
+    fn drain_to(&self, rank: usize, round: u64) {
+        if let Some(slot) = self.route.incoming(rank, self.slots.len()) {
+            // Whatever arrives (value, marker, abort) is dropped.
+            let _ = self.slots[slot].take(round);
+        }
+    }
+
+    fn abort(&self) {
+        self.slots.iter().for_each(Slot::abort);
+    }
+}
+
+/// Every edge of a graph, shared by all its groups: the steps reach them typed, the failure
+/// path and the abort reach them through this table.
+#[derive(Clone, Default)]
+pub struct Links {
+    edges: Vec<Arc<dyn EdgeCtl>>,
+}
+
+impl Links {
+    /// A table with no edges.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Creates the edge with index `self.len()` for value `value` of group `from_group`,
+    /// along `route`, to a consuming group of `consumers` actors.
+    pub fn edge<T: Send + 'static>(
+        &mut self,
+        value: &'static str,
+        from_group: &'static str,
+        route: Route,
+        consumers: usize,
+    ) -> Arc<Edge<T>> {
+        let edge = Arc::new(Edge::new(value, from_group, route, consumers));
+        self.edges.push(edge.clone());
+        edge
+    }
+
+    /// The number of edges.
+    pub fn len(&self) -> usize {
+        self.edges.len()
+    }
+
+    /// Whether the graph has no edges.
+    pub fn is_empty(&self) -> bool {
+        self.edges.is_empty()
+    }
+
+    pub(crate) fn get(&self, idx: usize) -> Option<&dyn EdgeCtl> {
+        self.edges.get(idx).map(|e| &**e)
+    }
+
+    /// Releases every actor waiting on any edge, for good: the graph broke or stops.
+    pub fn abort(&self) {
+        self.edges.iter().for_each(|e| e.abort());
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::thread;
+    use std::time::Duration;
+
+    #[test]
+    fn a_value_crosses_and_the_slot_empties_every_round() {
+        let mut links = Links::new();
+        let e = links.edge::<Vec<u32>>("h", "enc", Route::Zip, 2);
+        let e2 = e.clone();
+        let consumer = thread::spawn(move || {
+            (1..=100)
+                .map(|round| e2.recv(1, round).unwrap()[0])
+                .sum::<u32>()
+        });
+        for round in 1..=100u64 {
+            e.send(1, round, vec![round as u32]).unwrap();
+        }
+        assert_eq!(consumer.join().unwrap(), 5050);
+    }
+
+    #[test]
+    fn a_failure_marker_names_the_producer() {
+        let mut links = Links::new();
+        let e = links.edge::<u8>("t", "w", Route::One { from: 0, to: 1 }, 2);
+        links.get(0).unwrap().fail_from(0, 1);
+        assert_eq!(e.recv(1, 1), Err(RecvError::Failed { from_rank: 0 }));
+        // The slot is empty again: the next round works.
+        e.send(0, 2, 7).unwrap();
+        assert_eq!(e.recv(1, 2), Ok(7));
+    }
+
+    #[test]
+    fn a_stale_message_is_dropped_and_a_later_one_waits() {
+        let mut links = Links::new();
+        let e = links.edge::<u8>("h", "enc", Route::Zip, 1);
+        // Round 1's consumer never ran: its message is stale in round 2.
+        e.send(0, 1, 1).unwrap();
+        let e2 = e.clone();
+        let producer = thread::spawn(move || e2.send(0, 2, 2));
+        assert_eq!(e.recv(0, 2), Ok(2));
+        producer.join().unwrap().unwrap();
+        // The producer skipped round 3: the consumer learns it, and round 4's message
+        // stays for round 4.
+        e.send(0, 4, 4).unwrap();
+        assert_eq!(e.recv(0, 3), Err(RecvError::Failed { from_rank: 0 }));
+        assert_eq!(e.recv(0, 4), Ok(4));
+    }
+
+    #[test]
+    fn fan_clones_to_every_other_rank() {
+        let mut links = Links::new();
+        let e = links.edge::<String>(
+            "t",
+            "w",
+            Route::Fan {
+                from: 1,
+                skip_from: true,
+            },
+            3,
+        );
+        e.send_each(1, 1, "x".to_string(), String::clone).unwrap();
+        assert_eq!(e.recv(0, 1).unwrap(), "x");
+        assert_eq!(e.recv(2, 1).unwrap(), "x");
+        links.get(0).unwrap().fail_from(1, 2);
+        assert!(matches!(
+            e.recv(0, 2),
+            Err(RecvError::Failed { from_rank: 1 })
+        ));
+        assert!(matches!(
+            e.recv(2, 2),
+            Err(RecvError::Failed { from_rank: 1 })
+        ));
+    }
+
+    #[test]
+    fn abort_releases_a_blocked_consumer_and_a_blocked_producer() {
+        let mut links = Links::new();
+        let e = links.edge::<u8>("h", "enc", Route::Zip, 2);
+        let (c, p) = (e.clone(), e.clone());
+        let consumer = thread::spawn(move || c.recv(0, 1));
+        p.send(1, 1, 1).unwrap();
+        let producer = thread::spawn(move || p.send(1, 2, 2));
+        thread::sleep(Duration::from_millis(50));
+        links.abort();
+        assert_eq!(consumer.join().unwrap(), Err(RecvError::Aborted));
+        assert_eq!(producer.join().unwrap(), Err(Interrupted::Aborted));
+        assert_eq!(e.send(0, 3, 3), Err(Interrupted::Aborted));
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::thread;
+
+    #[test]
+    fn loom_edge_carries_a_value_then_a_failure_marker() {
+        loom::model(|| {
+            let mut links = Links::new();
+            let e = links.edge::<u32>("h", "enc", Route::Zip, 1);
+            let e2 = e.clone();
+            let producer = thread::spawn(move || {
+                e2.send(0, 1, 41).unwrap();
+                // Round 2 failed: waits until round 1's value is taken, then says so.
+                e2.fail_from(0, 2);
+            });
+            assert_eq!(e.recv(0, 1), Ok(41));
+            assert_eq!(e.recv(0, 2), Err(RecvError::Failed { from_rank: 0 }));
+            producer.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn loom_edge_abort_releases_the_consumer() {
+        loom::model(|| {
+            let mut links = Links::new();
+            let e = links.edge::<u32>("h", "enc", Route::Zip, 1);
+            let consumer = thread::spawn(move || e.recv(0, 1));
+            links.abort();
+            assert_eq!(consumer.join().unwrap(), Err(RecvError::Aborted));
+        });
+    }
+}
