@@ -1,52 +1,19 @@
 //! After warm-up, the actor side of a bucketed allreduce graph allocates nothing per
 //! execute: layouts, flat buffers and output views are all reused.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+
+use counting_alloc::{count_this_thread, counted};
 
 use actorgraph::prelude::*;
-
-/// Counts allocations made on threads that opted in (the actor threads, through their
-/// first method call), so the driver's own `Vec` of outputs is not counted.
-struct Counting;
-
-static ACTOR_ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static COUNTED: Cell<bool> = const { Cell::new(false) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTED.with(Cell::get) {
-            ACTOR_ALLOCS.fetch_add(1, Relaxed);
-        }
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTED.with(Cell::get) {
-            ACTOR_ALLOCS.fetch_add(1, Relaxed);
-        }
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 struct Echo;
 
 #[actor]
 impl Echo {
     fn echo(&mut self, x: &Tensor<f32>) -> Tensor<f32> {
-        COUNTED.with(|c| c.set(true));
+        count_this_thread();
         x.clone()
     }
     fn echo_i(&mut self, x: &Tensor<i64>) -> Tensor<i64> {
@@ -72,12 +39,12 @@ fn steady_state_execute_allocates_nothing_on_the_actors() {
     for _ in 0..10 {
         g.execute(a.clone(), b.clone(), c.clone()).unwrap();
     }
-    let before = ACTOR_ALLOCS.load(Relaxed);
+    let before = counted();
     for _ in 0..10_000 {
         let out = g.execute(a.clone(), b.clone(), c.clone()).unwrap();
         assert_eq!(out[2].2.as_slice()[4], 9);
     }
-    let after = ACTOR_ALLOCS.load(Relaxed);
+    let after = counted();
     assert_eq!(
         after - before,
         0,
@@ -86,6 +53,6 @@ fn steady_state_execute_allocates_nothing_on_the_actors() {
     // The counter is live: a held view forces a fresh buffer on the next execute.
     let held = g.execute(a.clone(), b.clone(), c.clone()).unwrap();
     g.execute(a, b, c).unwrap();
-    assert!(ACTOR_ALLOCS.load(Relaxed) > after);
+    assert!(counted() > after);
     drop(held);
 }

@@ -2,52 +2,19 @@
 //! one actor to another) and a collective allocates nothing on its actor threads per
 //! execute: edge slots, schedules and stage buffers are all reused.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+
+use counting_alloc::{count_this_thread, counted};
 
 use actorgraph::prelude::*;
-
-/// Counts allocations made on threads that opted in (the actor threads, through their
-/// first method call), so the driver's own `Vec` of outputs is not counted.
-struct Counting;
-
-static ACTOR_ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static COUNTED: Cell<bool> = const { Cell::new(false) };
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTED.with(Cell::get) {
-            ACTOR_ALLOCS.fetch_add(1, Relaxed);
-        }
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTED.with(Cell::get) {
-            ACTOR_ALLOCS.fetch_add(1, Relaxed);
-        }
-        // SAFETY: forwarded unchanged to the system allocator.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 struct Echo;
 
 #[actor]
 impl Echo {
     fn echo(&mut self, x: &Tensor<f32>) -> Tensor<f32> {
-        COUNTED.with(|c| c.set(true));
+        count_this_thread();
         x.clone()
     }
 }
@@ -73,13 +40,13 @@ fn steady_state_edges_allocate_nothing_on_the_actors() {
     for _ in 0..10 {
         g.execute(a.clone()).unwrap();
     }
-    let before = ACTOR_ALLOCS.load(Relaxed);
+    let before = counted();
     for _ in 0..5_000 {
         let out = g.execute(a.clone()).unwrap();
         assert_eq!(out[2].0.as_slice()[999], 3.0);
         assert!(out[1].1.is_some());
     }
-    let after = ACTOR_ALLOCS.load(Relaxed);
+    let after = counted();
     assert_eq!(
         after - before,
         0,
@@ -88,6 +55,6 @@ fn steady_state_edges_allocate_nothing_on_the_actors() {
     // The counter is live: a held view forces a fresh stage buffer on the next execute.
     let held = g.execute(a.clone()).unwrap();
     g.execute(a).unwrap();
-    assert!(ACTOR_ALLOCS.load(Relaxed) > after);
+    assert!(counted() > after);
     drop(held);
 }

@@ -425,18 +425,7 @@ macro_rules! regions {
 pub(crate) trait HasRegion: Element {}
 impl<E: Element> HasRegion for E {}
 
-regions!(
-    F16: half::f16,
-    BF16: half::bf16,
-    F32: f32,
-    F64: f64,
-    I8: i8,
-    U8: u8,
-    I32: i32,
-    U32: u32,
-    I64: i64,
-    U64: u64
-);
+crate::element::for_each_dtype!(regions);
 
 /// A slot's position in its dtype's region.
 #[derive(Clone, Copy, Debug)]

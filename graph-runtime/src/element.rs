@@ -284,6 +284,26 @@ int_element!(u32, U32);
 int_element!(i64, I64);
 int_element!(u64, U64);
 
+/// Calls `$m!` with every dtype and its Rust type, `Variant: type` pairs in `DType::ALL`
+/// order: the one list that the per-dtype structures are generated from.
+macro_rules! for_each_dtype {
+    ($m:ident) => {
+        $m!(
+            F16: half::f16,
+            BF16: half::bf16,
+            F32: f32,
+            F64: f64,
+            I8: i8,
+            U8: u8,
+            I32: i32,
+            U32: u32,
+            I64: i64,
+            U64: u64
+        );
+    };
+}
+pub(crate) use for_each_dtype;
+
 /// Runs `$body` with the type alias `$E` bound to the Rust type of `$dtype`.
 macro_rules! with_dtype {
     ($dtype:expr, $E:ident => $body:expr) => {

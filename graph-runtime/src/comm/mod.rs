@@ -424,18 +424,7 @@ macro_rules! region_mut {
         }
     };
 }
-region_mut!(
-    F16: half::f16,
-    BF16: half::bf16,
-    F32: f32,
-    F64: f64,
-    I8: i8,
-    U8: u8,
-    I32: i32,
-    U32: u32,
-    I64: i64,
-    U64: u64
-);
+crate::element::for_each_dtype!(region_mut);
 
 /// The per-rank endpoint of a group's collectives.
 ///
