@@ -233,6 +233,19 @@ pub enum Error {
     /// A backend or communicator failed.
     #[error("backend error: {0}")]
     Backend(String),
+
+    /// `submit` (or an `execute`) found `max_in_flight` executions already submitted whose
+    /// results have not been read: wait for the oldest ticket first. Nothing was submitted;
+    /// the graph is unchanged.
+    #[error("{max_in_flight} executions are already in flight (the most this graph was launched with); wait for a ticket before submitting another")]
+    InFlightFull {
+        /// The bound set at launch ([`LaunchOptions::max_in_flight`](crate::LaunchOptions::max_in_flight)).
+        max_in_flight: usize,
+    },
+
+    /// `wait` was given a ticket that another graph issued. The graph is unchanged.
+    #[error("this ticket was issued by another graph")]
+    ForeignTicket,
 }
 
 fn fmt_method(method: &Option<&'static str>) -> String {

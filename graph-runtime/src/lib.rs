@@ -17,7 +17,7 @@ pub use bucket::{Bucketable, Gather, Reduced, Scatter};
 pub use comm::{Backend, Communicator, Cpu, ReduceOp};
 pub use element::{DType, Element};
 pub use error::{BoxError, Error};
-pub use exec::TEARDOWN_GRACE;
+pub use exec::{LaunchOptions, Ticket, TEARDOWN_GRACE};
 pub use tensor::Tensor;
 
 /// The `half` crate, whose `f16` and `bf16` are element types.
@@ -29,7 +29,8 @@ pub mod __private {
     pub use crate::bucket::{FusedStage, SlotIdx};
     pub use crate::comm::{Backend, Collective, Communicator, ReduceOp};
     pub use crate::exec::{
-        Deadline, Edge, EdgeValue, Group, Links, Route, Stage, StepCtx, StepFn, SyncPoint,
+        Deadline, Edge, EdgeValue, Group, LaunchOptions, Links, Pipeline, Route, Stage, StepCtx,
+        StepFn, SyncPoint, Ticket,
     };
     pub use crate::method::{into_result, Method};
     pub use crate::{BoxError, Bucketable, Error};

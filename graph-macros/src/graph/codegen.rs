@@ -47,6 +47,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             None => quote!(#n: #rt::Vec<#a>),
         }
     });
+    let group_names_launch = g.groups.iter().map(|d| &d.name);
+    let group_params2 = group_params.clone();
     let to_vecs = g.groups.iter().filter(|d| d.size.is_some()).map(|d| {
         let (n, a) = (&d.name, &d.actor);
         quote!(let #n: #rt::Vec<#a> = #rt::Vec::from(#n);)
@@ -79,7 +81,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             let #field = {
                 let __edges = ::core::clone::Clone::clone(&__edges);
                 #rt::Group::launch(
-                    #s, #n, &backend, &[#(#stages),*], #schedule, &__links,
+                    #s, __options.in_flight_bound(), #n, &backend, &[#(#stages),*], #schedule, &__links,
                     move |__a, __c, __i| Self::#step::<__B::Comm>(__a, __c, __i, &__edges),
                 )?
             };
@@ -183,10 +185,12 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         #(#attrs)*
         #vis struct #name #bounds {
             #(#fields,)*
-            /// Set while `execute` hands out inputs and collects outputs: still set at the
-            /// next `execute` only if the last one unwound in between (some actors may have
-            /// run it and others not), which breaks the graph.
+            /// Set while `execute` hands out inputs: still set at the next `execute` only if
+            /// the last one unwound in between (some actors may have run it and others
+            /// not), which breaks the graph.
             __executing: bool,
+            /// The executions in flight, their tickets and the results collected ahead.
+            __pipeline: #rt::Pipeline<#rt::Vec<#out_ty>>,
         }
 
         #(#index_asserts)*
@@ -201,13 +205,20 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// another reads differ in size, if the graph addresses an actor a group does
             /// not have, or if the backend cannot connect the actors.
             pub fn launch<__B: #rt::Backend>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
+                Self::launch_with(#(#group_names_launch,)* backend, #rt::LaunchOptions::default())
+            }
+
+            /// Like `launch`, with options: `LaunchOptions::default().max_in_flight(4)` lets
+            /// up to 4 executions be submitted (`submit`) before their results are read
+            /// (`wait`); each actor gets an input and an output queue of that capacity.
+            pub fn launch_with<__B: #rt::Backend>(#(#group_params2,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
                 #(#to_vecs)*
                 #checks
                 let mut __links = #rt::Links::new();
                 #(#edges)*
                 let __edges: #links_ty = (#(#edge_vars,)*);
                 #(#launches)*
-                #rt::Result::Ok(Self { #(#field_names,)* __executing: false })
+                #rt::Result::Ok(Self { #(#field_names,)* __executing: false, __pipeline: #rt::Pipeline::new(__options) })
             }
 
             /// Runs the graph once on every actor and returns the output, indexed by rank.
@@ -215,7 +226,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// If a method fails or panics on any rank, every rank skips the rest of its
             /// collectives, every actor waiting for one of its values learns it, and this
             /// returns that first error; the graph stays usable (an actor that panicked
-            /// stays poisoned).
+            /// stays poisoned). It counts as one execution in flight: with tickets from
+            /// `submit` outstanding and no room left, it returns `Error::InFlightFull`.
             #[allow(clippy::too_many_arguments)]
             pub fn execute(&mut self, #(#input_params),*) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
                 self.__execute(#(#input_names,)* ::core::option::Option::None)
@@ -229,8 +241,112 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 self.__execute(#(#input_names,)* ::core::option::Option::Some(#rt::Deadline::after(timeout)))
             }
 
+            /// Like `execute`, but returns a future that completes when every actor has
+            /// finished: it submits the execution on its first poll, then waits without
+            /// blocking or spinning the executor's thread (the actor threads wake it as
+            /// they finish). Works with any executor, e.g. tokio's current-thread or
+            /// multi-thread runtime; the future is `Send` when the graph is.
+            ///
+            /// Dropping the future before it completes does not cancel the execution: the
+            /// actors run it to the end and its result is discarded (its ticket is
+            /// abandoned, as with a dropped `Ticket`); the next call on this graph first
+            /// waits for it if it needs the room, then runs normally. A future dropped
+            /// before its first poll submits nothing.
+            #[allow(clippy::too_many_arguments)]
+            pub fn execute_async(&mut self, #(#input_params),*) -> impl ::core::future::Future<Output = #rt::Result<#rt::Vec<#out_ty>, #rt::Error>> + '_ {
+                async move {
+                    while self.__pipeline.must_drain() {
+                        ::core::future::poll_fn(|__cx| self.__poll_done(__cx)).await;
+                        let __r = self.__finish(::core::option::Option::None);
+                        self.__pipeline.push_collected(__r);
+                    }
+                    self.__pipeline.room()?;
+                    self.__begin(#(#input_names,)*)?;
+                    let __ticket = self.__pipeline.issue();
+                    self.wait_async(__ticket).await
+                }
+            }
+
+            /// Submits one execution and returns at once with its ticket; `wait` (or
+            /// `wait_async`) redeems it for the output. Up to `max_in_flight` (see
+            /// `launch_with`; 1 with `launch`) executions may be in flight; one more
+            /// returns `Error::InFlightFull` and submits nothing. Results come back by
+            /// ticket, so in submission order when waited in that order; a failure in one
+            /// execution is that ticket's error only. A ticket dropped unredeemed abandons
+            /// its result (the execution still runs; its room is freed once it ends).
+            #[allow(clippy::too_many_arguments)]
+            pub fn submit(&mut self, #(#input_params),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
+                self.__submit(#(#input_names,)* ::core::option::Option::None)
+            }
+
+            /// Waits for the execution of `ticket` and returns its output, indexed by rank,
+            /// or its error (as `execute` would). Executions submitted before it are
+            /// collected first and their results kept for their own tickets.
+            /// `Error::ForeignTicket` if another graph issued the ticket.
+            pub fn wait(&mut self, ticket: #rt::Ticket) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
+                self.__wait(ticket, ::core::option::Option::None)
+            }
+
+            /// `wait` as a future, which waits without blocking or spinning the executor's
+            /// thread (see `execute_async`). Dropping it abandons the ticket's result.
+            pub fn wait_async(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #rt::Result<#rt::Vec<#out_ty>, #rt::Error>> + '_ {
+                async move {
+                    self.__pipeline.check(&ticket)?;
+                    while self.__pipeline.needs_collect(&ticket) {
+                        ::core::future::poll_fn(|__cx| self.__poll_done(__cx)).await;
+                        let __r = self.__finish(::core::option::Option::None);
+                        self.__pipeline.push_collected(__r);
+                    }
+                    self.__pipeline.take(ticket)
+                }
+            }
+
+            /// The executions submitted whose results are neither read nor discarded yet.
+            pub fn in_flight(&self) -> usize {
+                self.__pipeline.in_flight()
+            }
+
+            /// Ready when every actor of every group has finished the oldest execution not
+            /// yet collected, or a group is broken (collecting then reports it).
+            fn __poll_done(&self, __cx: &mut ::core::task::Context<'_>) -> ::core::task::Poll<()> {
+                #(self.#field_names.register_waker(__cx.waker());)*
+                if #(self.#field_names.ready().is_err())||* || #(self.#field_names.is_done())&&* {
+                    ::core::task::Poll::Ready(())
+                } else {
+                    ::core::task::Poll::Pending
+                }
+            }
+
             #[allow(clippy::too_many_arguments)]
             fn __execute(&mut self, #(#input_params,)* __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
+                let __ticket = self.__submit(#(#input_names,)* __deadline)?;
+                self.__wait(__ticket, __deadline)
+            }
+
+            #[allow(clippy::too_many_arguments)]
+            fn __submit(&mut self, #(#input_params,)* __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Ticket, #rt::Error> {
+                while self.__pipeline.must_drain() {
+                    let __r = self.__finish(__deadline);
+                    self.__pipeline.push_collected(__r);
+                }
+                self.__pipeline.room()?;
+                self.__begin(#(#input_names,)*)?;
+                #rt::Result::Ok(self.__pipeline.issue())
+            }
+
+            fn __wait(&mut self, __ticket: #rt::Ticket, __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
+                self.__pipeline.check(&__ticket)?;
+                while self.__pipeline.needs_collect(&__ticket) {
+                    let __r = self.__finish(__deadline);
+                    self.__pipeline.push_collected(__r);
+                }
+                self.__pipeline.take(__ticket)
+            }
+
+            /// Hands the inputs to every actor of every group, behind the executions in
+            /// flight.
+            #[allow(clippy::too_many_arguments)]
+            fn __begin(&mut self, #(#input_params),*) -> #rt::Result<(), #rt::Error> {
                 let _ = (#(#unused_inputs,)*);
                 if self.__executing {
                     #(self.#field_names.mark_broken("an earlier `execute` panicked in the driver (an input's `Clone`?) before every actor had its input");)*
@@ -238,8 +354,15 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 #(self.#field_names.ready()?;)*
                 self.__executing = true;
                 #(#submits)*
-                #(#collects)*
                 self.__executing = false;
+                #rt::Result::Ok(())
+            }
+
+            /// Collects the oldest execution in flight from every group (waiting for it, up
+            /// to `__deadline`) and assembles the output, or the root-cause error.
+            fn __finish(&mut self, __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
+                #(self.#field_names.ready()?;)*
+                #(#collects)*
                 match (#(#results,)*) {
                     (#(#rt::Result::Ok(#results),)*) => { #assemble }
                     (#(#results,)*) => #rt::Result::Err(#rt::root_cause([#(#results.err()),*])),

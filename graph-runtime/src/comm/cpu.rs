@@ -245,7 +245,15 @@ impl Communicator for CpuComm {
         // SAFETY: every rank posted for this round before the barrier we just passed, and
         // keeps its post and slots until it passes its next barrier.
         let verdict = agree(self.size, collective, |q| unsafe { self.post(q).header() });
-        verdict.map_err(StageError::Disagreed)?;
+        if let Err(why) = verdict {
+            // Every rank reaches this verdict, but a slower peer may still be reading our
+            // header, whose slots live in the caller's fused stage: with executions in
+            // flight, a rank that returned now could reach this stage again in the next
+            // execution and rewrite them. Return only once every rank is done reading (a
+            // barrier that costs only on this failure path).
+            self.wait()?;
+            return Err(StageError::Disagreed(why));
+        }
         // SAFETY: as above; every rank keeps its buffer table (on its stack) until its last
         // barrier of this stage, which it reaches only after this check.
         if let Err(why) = unsafe { self.check_buffers(header, collective) } {

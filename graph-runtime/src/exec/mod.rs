@@ -1,22 +1,29 @@
 //! Actor threads: one owner of the threads per group, driver <-> actor slots, launch and
 //! teardown; and the edges that carry values between actors ([`edge`]).
 //!
-//! What still assumes that the driver waits for every rank before the next execution (to
-//! revisit for pipelining): each actor's input and output slot holds one value (`submit`
-//! overwrites it, `collect` takes it), `collect` matches outputs to executions by counting
-//! `done` advances, and a fused stage reuses its buffers only when no output view of the
-//! previous execution is alive (correct under overlap, but then it allocates). Edges do not
-//! assume it: their messages carry the round, and a full slot makes its producer wait.
+//! Several executions may be in flight (up to the graph's `max_in_flight`, kept by the
+//! driver's [`Pipeline`]): each actor has an input and an output queue of that capacity,
+//! runs one step per `go` advance in submission order, and `collect` takes the oldest
+//! output, one `done` advance per execution. Edges carry the round in their messages and a
+//! full slot makes its producer wait, so an actor that runs ahead into the next execution
+//! waits for its consumers; a fused stage reuses its buffers only when no output view of an
+//! earlier execution is alive (correct under overlap, but then it allocates). An async
+//! execution registers a waker ([`Group::register_waker`]) that the actors wake as they
+//! finish.
 
 mod ctx;
 pub(crate) mod edge;
+mod pipeline;
 
 pub use ctx::{Stage, StepCtx, SyncPoint};
 pub use edge::{Edge, EdgeValue, Links, Route};
+pub use pipeline::{LaunchOptions, Pipeline, Ticket};
 
-use std::sync::atomic::AtomicU8;
-use std::sync::atomic::Ordering::{Acquire, Release};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{fence, AtomicBool as StdAtomicBool, AtomicU8};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Waker;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -92,6 +99,35 @@ struct Shared<I, O> {
     shutdown: AtomicBool,
     /// Advanced by each thread as it ends, however it ends.
     exits: Epoch,
+    /// The waker of an async execution waiting for this group ([`Group::register_waker`]),
+    /// taken and woken by the next actor that finishes its step or ends; `None` when no
+    /// future waits (a synchronous `collect` waits on the `done` epochs instead).
+    waker: Mutex<Option<Waker>>,
+    /// Whether `waker` may hold a waker: lets the actors skip its lock (which they would
+    /// otherwise all take at the end of every step) when no future waits.
+    waker_set: StdAtomicBool,
+}
+
+impl<I, O> Shared<I, O> {
+    /// Wakes the registered future, if any. Called after `done` advances. The driver
+    /// registers its waker, sets `waker_set`, then checks `done`; the actor advances `done`
+    /// and then checks `waker_set`. With a `SeqCst` fence between each side's write and
+    /// read, at least one of them sees the other's write: the driver sees the advance, or
+    /// the actor sees the flag and takes the waker (under the mutex). No wake-up is lost.
+    fn wake(&self) {
+        fence(SeqCst);
+        if !self.waker_set.load(Relaxed) {
+            return;
+        }
+        let waker = {
+            let mut slot = lock(&self.waker);
+            self.waker_set.store(false, Relaxed);
+            slot.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
 }
 
 /// What a rank is doing, on its own cache line: [`IN_CODE`], [`IN_COLLECTIVE`] or
@@ -112,8 +148,11 @@ struct Slot<I, O> {
     go: Epoch,
     done: Epoch,
     exited: AtomicBool,
-    input: Mutex<Option<I>>,
-    output: Mutex<Option<Result<O, Error>>>,
+    /// Inputs handed over and not yet started, oldest first; at most the graph's
+    /// `max_in_flight` (its capacity, allocated at launch).
+    input: Mutex<VecDeque<I>>,
+    /// Outputs of finished steps not yet collected, oldest first; as bounded.
+    output: Mutex<VecDeque<Result<O, Error>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -129,9 +168,13 @@ where
 {
     /// Spawns one thread per actor, named `actorgraph-<group>-<rank>`, each owning its actor,
     /// its communicator endpoint and its fused stages. `schedule` lists the group's stages
-    /// and edge operations in step order; `links` holds every edge of the graph.
+    /// and edge operations in step order; `links` holds every edge of the graph. `depth` is
+    /// the most executions the driver keeps in flight: the capacity of each actor's input
+    /// and output queue (the driver keeps to it; see [`Pipeline`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn launch<B: Backend>(
         name: &'static str,
+        depth: usize,
         actors: Vec<A>,
         backend: &B,
         stage_names: &'static [&'static str],
@@ -157,13 +200,15 @@ where
                     go: Epoch::new(),
                     done: Epoch::new(),
                     exited: AtomicBool::new(false),
-                    input: Mutex::new(None),
-                    output: Mutex::new(None),
+                    input: Mutex::new(VecDeque::with_capacity(depth)),
+                    output: Mutex::new(VecDeque::with_capacity(depth)),
                 })
                 .collect(),
             activity: (0..actors.len()).map(|_| Activity::default()).collect(),
             shutdown: AtomicBool::new(false),
             exits: Epoch::new(),
+            waker: Mutex::new(None),
+            waker_set: StdAtomicBool::new(false),
         });
         let mut group = Self {
             name,
@@ -229,7 +274,9 @@ where
         }
     }
 
-    /// Hands `input` to every actor and starts their steps. Call [`Group::ready`] first.
+    /// Queues `input` for every actor, behind the executions already in flight, and starts
+    /// their steps. Call [`Group::ready`] first; the caller keeps the number of executions in
+    /// flight within the `depth` given at launch.
     pub fn submit(&mut self, input: I) {
         let n = self.len();
         let mut input = Some(input);
@@ -239,13 +286,42 @@ where
             } else {
                 input.clone()
             };
-            *lock(&slot.input) = value;
+            if let Some(value) = value {
+                lock(&slot.input).push_back(value);
+            }
             slot.go.advance();
         }
     }
 
-    /// Waits for every actor's step and returns the outputs by rank, or the first root-cause
-    /// error (lowest rank) if any rank failed.
+    /// Whether every actor has finished its step of the oldest execution not yet collected
+    /// (or ended), so that [`Group::collect`] returns without waiting. Never blocks.
+    pub fn is_done(&self) -> bool {
+        self.shared
+            .slots
+            .iter()
+            .zip(&self.done_seen)
+            .all(|(slot, &seen)| slot.done.current() > seen)
+    }
+
+    /// Registers the waker of an async execution: the next actor of this group that
+    /// finishes its step (or whose thread ends) wakes it, once. Register, then check
+    /// [`Group::is_done`]: no wake-up is lost between the two. Never blocks for longer
+    /// than an actor takes to swap the waker out.
+    pub fn register_waker(&self, waker: &Waker) {
+        {
+            let mut slot = lock(&self.shared.waker);
+            match &*slot {
+                Some(old) if old.will_wake(waker) => {}
+                _ => *slot = Some(waker.clone()),
+            }
+            self.shared.waker_set.store(true, Relaxed);
+        }
+        // Pairs with the fence in `Shared::wake`: the caller's check of `done` comes after.
+        fence(SeqCst);
+    }
+
+    /// Waits for every actor's step of the oldest execution not yet collected and returns
+    /// the outputs by rank, or the first root-cause error (lowest rank) if any rank failed.
     ///
     /// With a `deadline`, ranks still running when it passes make this return
     /// [`Error::Timeout`]; the group is then broken: its communicator is aborted so that
@@ -259,12 +335,13 @@ where
                 .done
                 .wait_past(self.done_seen[rank], deadline.map(|d| d.at))
             {
-                Ok(seen) => self.done_seen[rank] = seen,
+                // One step per collect: a later execution may be done too.
+                Ok(_) => self.done_seen[rank] += 1,
                 Err(_) => {
                     return Err(self.time_out(rank, deadline.map_or(Duration::ZERO, |d| d.timeout)))
                 }
             }
-            let result = lock(&slot.output).take().unwrap_or_else(|| {
+            let result = lock(&slot.output).pop_front().unwrap_or_else(|| {
                 Err(Error::ActorLost {
                     group: self.name,
                     rank,
@@ -433,6 +510,7 @@ impl<I, O> Drop for ExitGuard<'_, I, O> {
         // A driver waiting for this rank's output finds none and reports the rank lost.
         slot.done.advance();
         self.shared.exits.advance();
+        self.shared.wake();
     }
 }
 
@@ -444,24 +522,26 @@ fn actor_loop<A, C: Communicator, I, O>(
     rank: usize,
 ) -> Returned<A> {
     let slot = &shared.slots[rank];
-    let mut seen = 0;
+    // Steps started so far: one per `go` advance, in order, however many are queued.
+    let mut started = 0;
     loop {
-        // `go` is never aborted, so the wait ends only when it advances.
-        if let Ok(now) = slot.go.wait_past(seen, None) {
-            seen = now;
-        }
+        // `go` is never aborted, so the wait ends only when it advances (at once when steps
+        // are already queued).
+        let _ = slot.go.wait_past(started, None);
         if shared.shutdown.load(Acquire) {
             return Returned {
                 actor,
                 poisoned: ctx.poisoned().map(str::to_owned),
             };
         }
-        let input = lock(&slot.input).take();
+        started += 1;
+        let input = lock(&slot.input).pop_front();
         let result = match input {
             Some(input) => ctx.execute(&mut actor, step, &input),
             None => ctx.fail("it was started without an input"),
         };
-        *lock(&slot.output) = Some(result);
+        lock(&slot.output).push_back(result);
         slot.done.advance();
+        shared.wake();
     }
 }
