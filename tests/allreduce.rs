@@ -101,6 +101,12 @@ graph! {
         allreduce(m)
     }
 
+    Big(workers: [Worker], n: usize) {
+        let a = workers.sized(n);
+        let b = workers.count();
+        allreduce([a, b])
+    }
+
     ByValue(workers: [Worker], x: Tensor<f32>) {
         let y = workers.by_value(x);
         allreduce(y, Max)
@@ -269,4 +275,38 @@ fn launching_an_empty_group_is_an_error() {
 fn dropping_a_graph_stops_its_threads() {
     let g = Flat::launch(workers(4), Cpu).unwrap();
     drop(g);
+}
+
+/// A large bucket's results are written once, into one buffer that every rank's outputs
+/// view; views held across executions keep their values, and the values are right.
+#[test]
+fn a_large_allreduce_shares_one_result_buffer_between_ranks() {
+    let n = 300_000; // 1.2 MB of f32: above the size where the CPU backend shares results
+    let mut g = Big::launch(workers(3), Cpu).unwrap();
+    let want = |i: usize| (3 * i + 3) as f32; // sum over ranks r of (i + r)
+    let first = g.execute(n).unwrap();
+    for (a, b) in &first {
+        assert!(a.shares_storage(&first[0].0), "one buffer for every rank");
+        assert_eq!(a.len(), n);
+        assert!(a.as_slice().iter().enumerate().all(|(i, &v)| v == want(i)));
+        assert_eq!(b.to_vec(), vec![3]);
+    }
+    // Held views are never overwritten: the next execution takes another buffer.
+    let second = g.execute(n).unwrap();
+    assert!(!second[1].0.shares_storage(&first[1].0));
+    assert_eq!(first[2].1.to_vec(), vec![3]);
+    assert_eq!(second[2].1.to_vec(), vec![6]);
+    assert!(second[2]
+        .0
+        .as_slice()
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == want(i)));
+    // Once every view is gone, the buffer is used again: no allocation per execute.
+    drop((first, second));
+    let third = g.execute(n).unwrap();
+    let ptr = third[0].0.as_slice().as_ptr();
+    drop(third);
+    let fourth = g.execute(n).unwrap();
+    assert_eq!(fourth[1].0.as_slice().as_ptr(), ptr);
 }

@@ -8,8 +8,8 @@ use std::any::Any;
 use std::sync::Arc;
 
 use crate::comm::{
-    Collective, Communicator, Disagreement, Header, RegionMut, SlotData, SlotDesc, StageError,
-    Status,
+    Collective, Communicator, Disagreement, Header, RegionMut, SharedBuffers, SlotData, SlotDesc,
+    StageError, Status,
 };
 use crate::tensor::Storage;
 use crate::{DType, Element, Error, Tensor};
@@ -317,12 +317,20 @@ impl<E: Element> Scatter for Vec<E> {
 pub(crate) struct Region<E> {
     /// Reused across executions while no output view holds it.
     buf: Option<Arc<Storage<E>>>,
+    /// Rank 0's buffer, when the communicator wrote this stage's results there for every
+    /// rank (see `Communicator::shares_results`); outputs then view it instead of `buf`.
+    /// Dropped as soon as the outputs are made, so that rank 0 can reuse it.
+    shared: Option<Arc<Storage<E>>>,
     len: usize,
 }
 
 impl<E: Element> Region<E> {
     const fn new() -> Self {
-        Self { buf: None, len: 0 }
+        Self {
+            buf: None,
+            shared: None,
+            len: 0,
+        }
     }
 
     /// Makes `buf` an unshared buffer of at least `len` elements, reusing the last one when
@@ -350,7 +358,7 @@ impl<E: Element> Region<E> {
 
     /// `len` elements at `offset` of the buffer, for a value's result.
     fn result<R>(&self, offset: usize, len: usize, f: impl FnOnce(Reduced<'_, E>) -> R) -> R {
-        match &self.buf {
+        match self.shared.as_ref().or(self.buf.as_ref()) {
             Some(buf) if offset + len <= buf.host().len() => f(Reduced { buf, offset, len }),
             // Only empty regions have no buffer: hand out an empty view.
             _ => {
@@ -378,6 +386,22 @@ macro_rules! regions {
             }
             fn reset(&mut self) {
                 $(self.$field.len = 0;)*
+                self.release_shared();
+            }
+            fn release_shared(&mut self) {
+                $(self.$field.shared = None;)*
+            }
+            /// Rank 0's side of a result exchange: its non-empty buffers, by dtype index.
+            fn offer(&self, out: &mut SharedBuffers) {
+                $(if self.$field.len > 0 {
+                    out[DType::$field.index()] = self.$field.buf.clone().map(|b| b as Arc<dyn Any + Send + Sync>);
+                })*
+            }
+            /// The other ranks' side: view rank 0's buffers from now on.
+            fn adopt(&mut self, from: &mut SharedBuffers) {
+                $(if let Some(b) = from[DType::$field.index()].take() {
+                    self.$field.shared = b.downcast::<Storage<$t>>().ok();
+                })*
             }
             fn prepare(&mut self) {
                 $(self.$field.prepare();)*
@@ -588,11 +612,31 @@ impl FusedStage {
             data: &self.data,
         };
         let rank = self.rank;
+        let share = comm.shares_results(collective, &header);
         let (inputs, outputs) = (&mut self.inputs, &mut self.outputs);
         let result = inputs.with_slices(|ins| {
             outputs.with_slices(|outs| comm.stage(&header, collective, ins, outs))
         });
+        let result = result.and_then(|()| {
+            if !share {
+                return Ok(());
+            }
+            // After the stage: no `&mut` into our buffers is alive any more.
+            let mut buffers = SharedBuffers::default();
+            if rank == 0 {
+                self.inputs.offer(&mut buffers);
+            }
+            comm.exchange_results(&mut buffers)?;
+            self.inputs.adopt(&mut buffers);
+            Ok(())
+        });
         result.map_err(|e| stage_error(e, self.name, group, rank))
+    }
+
+    /// Lets go of rank 0's buffers once this rank's outputs view them (they keep their own
+    /// references), so that rank 0 can reuse them for the next execution.
+    pub(crate) fn release_shared(&mut self) {
+        self.inputs.release_shared();
     }
 
     /// Takes part in the stage as a failed rank, so that the other ranks skip it too.

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use super::reduce::{combine, finish, load, BLOCK};
 use super::{
     agree, AbortHandle, Backend, Collective, Communicator, Disagreement, Header, RegionMut,
-    SlotData, SlotDesc, StageError, Status,
+    SharedBuffers, SlotData, SlotDesc, StageError, Status,
 };
 use crate::element::with_dtype;
 use crate::sync::prims::AtomicUsize;
@@ -49,6 +49,7 @@ impl Backend for Cpu {
     fn communicators(&self, size: usize) -> Result<Vec<CpuComm>, Error> {
         let shared = Arc::new(Shared {
             barrier: Barrier::new(size),
+            mailbox: std::sync::Mutex::new((0..size).map(|_| Default::default()).collect()),
             posts: (0..size)
                 .map(|_| Padded(std::array::from_fn(|_| Post::new())))
                 .collect(),
@@ -74,6 +75,10 @@ pub struct CpuComm {
 
 struct Shared {
     barrier: Barrier,
+    /// Per rank, the result buffers rank 0 hands it after a stage that shares results
+    /// (see `SHARE_BYTES`). Each rank takes its own entry, so the box is empty again
+    /// without another barrier.
+    mailbox: std::sync::Mutex<Vec<SharedBuffers>>,
     /// Per rank, two posts used in alternate stages: a rank can only write a post again
     /// after the next stage's barrier, which every peer reaches after reading this one.
     posts: Box<[Padded<[Post; 2]>]>,
@@ -268,15 +273,17 @@ impl Communicator for CpuComm {
         // collective needs, all alive until the stage's last barrier.
         match collective {
             Collective::AllReduce(op) | Collective::Reduce { op, .. } => {
-                let push = match collective.root() {
-                    Some(root) => Push::To(root),
-                    None => Push::All,
+                // Shared results: everyone writes its chunk into rank 0's regions only.
+                let (owner, push) = match collective.root() {
+                    Some(root) => (self.rank, Push::To(root)),
+                    None if self.shares_results(collective, header) => (0, Push::None),
+                    None => (self.rank, Push::All),
                 };
                 for d in DType::ALL.into_iter().filter(|d| bufs[d.index()].len > 0) {
                     // SAFETY: see above; in this phase chunk `rank` of every region, and of
                     // every value, is read and written only by us (each block read from
                     // every rank before it is written to any).
-                    with_dtype!(d, E => unsafe { self.reduce_own_chunk::<E>(header, d, op, push) });
+                    with_dtype!(d, E => unsafe { self.reduce_own_chunk::<E>(header, d, op, owner, push) });
                 }
             }
             Collective::ReduceScatter(op) => {
@@ -314,11 +321,49 @@ impl Communicator for CpuComm {
         true
     }
 
+    fn shares_results(&self, collective: Collective, header: &Header<'_>) -> bool {
+        let bytes: usize = header
+            .slots
+            .iter()
+            .map(|s| s.len.saturating_mul(s.dtype.size()))
+            .sum();
+        matches!(collective, Collective::AllReduce(_)) && self.size > 1 && bytes >= SHARE_BYTES
+    }
+
+    fn exchange_results(&mut self, buffers: &mut SharedBuffers) -> Result<(), StageError> {
+        let mailbox = || {
+            self.shared
+                .mailbox
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+        };
+        if self.rank == 0 {
+            let mut boxes = mailbox();
+            for entry in boxes.iter_mut().skip(1) {
+                *entry = buffers.clone();
+            }
+        }
+        // Rank 0 filled every entry before this barrier, and each rank empties its own
+        // after it, before the stage that could fill it again (one barrier later at least).
+        self.wait()?;
+        if self.rank != 0 {
+            *buffers = std::mem::take(&mut mailbox()[self.rank]);
+        }
+        Ok(())
+    }
+
     fn abort_handle(&self) -> AbortHandle {
         let shared = Arc::clone(&self.shared);
         AbortHandle::new(move || shared.barrier.abort())
     }
 }
+
+/// An allreduce whose values add up to at least this many bytes writes its results once,
+/// into rank 0's buffers, which every rank's outputs then view (one extra barrier to hand
+/// them over): large results are bound by memory bandwidth, and writing one copy instead of
+/// one per rank halves the writes of 2 ranks. Smaller ones write every rank's own buffer,
+/// which costs no extra barrier.
+const SHARE_BYTES: usize = 1 << 20;
 
 /// Which other ranks' regions a reduced block is also written to.
 #[derive(Clone, Copy)]
@@ -487,9 +532,10 @@ impl CpuComm {
         }
     }
 
-    /// Reduces chunk `rank` of the dtype-`d` region, value by value, into our own region,
-    /// and writes each reduced block into the regions of `push` too: every rank then holds
-    /// the whole result after one barrier, without a second pass that copies chunks.
+    /// Reduces chunk `rank` of the dtype-`d` region, value by value, into the region of
+    /// rank `owner` (ours, or rank 0's when results are shared), and writes each reduced
+    /// block into the regions of `push` too: every rank then holds the whole result after
+    /// one barrier, without a second pass that copies chunks.
     ///
     /// # Safety
     /// Every rank posted a live region of `d` (= `E`) of the agreed length and live
@@ -500,10 +546,11 @@ impl CpuComm {
         header: &Header<'_>,
         d: DType,
         op: ReduceOp,
+        owner: usize,
         push: Push,
     ) {
         // SAFETY: forwarded to the caller.
-        let own = unsafe { self.buf(self.rank, d) };
+        let own = unsafe { self.buf(owner, d) };
         let (lo, hi) = self.chunk(own.len, self.rank);
         let slots = slot_offsets(header.slots).enumerate();
         for (k, (slot, off)) in slots.filter(|(_, (s, _))| s.dtype == d) {

@@ -157,6 +157,10 @@ pub struct Header<'a> {
     pub data: &'a [SlotData<'a>],
 }
 
+/// Result buffers handed from rank 0 to the other ranks of a stage, by dtype index (see
+/// [`Communicator::exchange_results`]); each is an `Arc` of the stage's storage.
+pub type SharedBuffers = [Option<Arc<dyn std::any::Any + Send + Sync>>; DType::COUNT];
+
 /// Where one value's elements are: a type-erased `&'a [E]`.
 ///
 /// ```
@@ -474,6 +478,25 @@ pub trait Communicator: Send + 'static {
     /// default), every value is packed into `regions` first.
     fn reads_in_place(&self) -> bool {
         false
+    }
+
+    /// Whether `stage`, for this collective and header, writes every rank's results into
+    /// rank 0's regions only; the ranks then share rank 0's buffers through
+    /// [`Communicator::exchange_results`]. A shared-memory communicator does this for large
+    /// allreduces: each element of the result is then written once, not once per rank.
+    /// The answer must be the same on every rank (decide from the agreed header). The
+    /// default: never.
+    fn shares_results(&self, collective: Collective, header: &Header<'_>) -> bool {
+        let _ = (collective, header);
+        false
+    }
+
+    /// Called by every rank after a successful stage for which
+    /// [`shares_results`](Communicator::shares_results) is true: rank 0 passes its result
+    /// buffers (by dtype index), and every other rank receives them in `buffers`.
+    fn exchange_results(&mut self, buffers: &mut SharedBuffers) -> Result<(), StageError> {
+        let _ = buffers;
+        Ok(())
     }
 
     /// A handle that aborts this communicator's whole group (see [`AbortHandle`]). The

@@ -338,6 +338,13 @@ pub struct Stage<'a, 'v, C> {
     _values: PhantomData<&'v ()>,
 }
 
+impl<C> Drop for Stage<'_, '_, C> {
+    fn drop(&mut self) {
+        // The outputs are made: hand rank 0's shared result buffers back.
+        self.st.release_shared();
+    }
+}
+
 #[allow(private_bounds)]
 impl<'v, C: Communicator> Stage<'_, 'v, C> {
     /// Appends a value to the bucket's layout.
