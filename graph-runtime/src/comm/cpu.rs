@@ -9,13 +9,16 @@
 //! | collective | after the header epoch | barriers |
 //! | --- | --- | --- |
 //! | allreduce | rank r reduces its 1/N chunk of every region, in rank order, block by block, and writes each block into every rank's region | 2 |
+//! | allreduce of 1 MiB or more | the same, but each block goes into rank 0's region only, which rank 0 then hands to every rank (`exchange_results`) | 3 |
 //! | reduce | the same, but writes each block into the root's region only | 2 |
 //! | reducescatter | rank r reduces its chunk of every value, in rank order, into its output region | 2 |
 //! | allgather | rank r copies every rank's part of every value into its output region | 2 |
 //! | broadcast | every rank but the root copies the root's regions over its own | 2 |
 //!
-//! Each element is reduced exactly once, by one rank, in rank order, and everything else
-//! is a copy, so every rank holds bitwise-identical results.
+//! Inputs are read where they are (`Header::data`): in the values themselves, or in the
+//! packed region for values that cannot lend their elements. Each element is reduced
+//! exactly once, by one rank, in rank order, and everything else is a copy (or, for a
+//! shared result, the same memory), so every rank holds bitwise-identical results.
 
 use std::any::TypeId;
 use std::sync::atomic::Ordering::Relaxed;
