@@ -246,6 +246,41 @@ pub enum Error {
     /// `wait` was given a ticket that another graph issued. The graph is unchanged.
     #[error("this ticket was issued by another graph")]
     ForeignTicket,
+
+    /// A shared library the NCCL backend needs (libcuda, libnccl) could not be opened.
+    /// Nothing was called; the process is unchanged.
+    #[error("{library} could not be loaded (looked for {searched:?}): {hint}")]
+    LibraryMissing {
+        /// The library, as a user knows it (e.g. "NCCL (libnccl)").
+        library: &'static str,
+        /// The file names that were tried.
+        searched: Vec<String>,
+        /// What to install or set to fix it.
+        hint: String,
+    },
+
+    /// A GPU was asked for that this machine does not have.
+    #[error("GPU {ordinal} was asked for, but this machine has {count} GPU(s)")]
+    NoSuchDevice {
+        /// The device ordinal asked for.
+        ordinal: usize,
+        /// The number of GPUs the driver reports.
+        count: usize,
+    },
+
+    /// A CUDA driver or NCCL call failed.
+    #[error("{call} failed: {message}")]
+    Gpu {
+        /// The call, e.g. `cuMemAlloc` or `ncclAllReduce`.
+        call: &'static str,
+        /// The library's own description of the failure.
+        message: String,
+    },
+
+    /// A tensor is not where an operation needs it: a GPU tensor given to the CPU
+    /// communicator, or read as a host slice, or a tensor of another GPU than the actor's.
+    #[error("{0}")]
+    Placement(String),
 }
 
 fn fmt_method(method: &Option<&'static str>) -> String {

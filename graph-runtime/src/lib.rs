@@ -10,6 +10,8 @@ mod element;
 mod error;
 mod exec;
 mod method;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 mod sync;
 mod tensor;
 
