@@ -87,7 +87,14 @@ impl fmt::Display for DType {
 }
 
 mod sealed {
+    #[cfg(not(feature = "nccl"))]
     pub trait Sealed {}
+    /// With the NCCL backend, every element type can live on a GPU and go through NCCL.
+    #[cfg(feature = "nccl")]
+    pub trait Sealed:
+        cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + cudarc::nccl::NcclType
+    {
+    }
 }
 
 /// A scalar type that tensors hold and collectives reduce.

@@ -504,6 +504,22 @@ pub trait Communicator: Send + 'static {
     fn abort_handle(&self) -> AbortHandle {
         AbortHandle::noop()
     }
+
+    /// Called once on the actor's own thread, before its first step: the place to bind
+    /// per-thread resources (a GPU context, a communicator that cannot change threads).
+    /// Every rank of a group is attached concurrently, and `launch` returns the first
+    /// error. The default does nothing.
+    fn attach(&mut self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    /// The NCCL endpoint behind this communicator, whose stages run on a GPU (see
+    /// [`crate::nccl`]). Not for other implementations.
+    #[cfg(feature = "nccl")]
+    #[doc(hidden)]
+    fn nccl(&mut self) -> Option<&mut crate::nccl::NcclComm> {
+        None
+    }
 }
 
 /// A source of communicators: one endpoint per actor of a group.

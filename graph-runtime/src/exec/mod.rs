@@ -219,9 +219,11 @@ where
             links: links.clone(),
             broken: None,
         };
-        for (rank, (actor, comm)) in actors.into_iter().zip(comms).enumerate() {
+        let (attached_tx, attached) = std::sync::mpsc::sync_channel(actors.len());
+        for (rank, (actor, mut comm)) in actors.into_iter().zip(comms).enumerate() {
             let shared = Arc::clone(&group.shared);
             let (links, step) = (links.clone(), step.clone());
+            let attached_tx = attached_tx.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("actorgraph-{name}-{rank}"))
                 .spawn(move || {
@@ -232,6 +234,17 @@ where
                         abort: comm.abort_handle(),
                         links: links.clone(),
                     };
+                    let attach = comm.attach();
+                    let failed = attach.is_err();
+                    let _ = attached_tx.send(attach);
+                    drop(attached_tx);
+                    if failed {
+                        drop(guard);
+                        return Returned {
+                            actor,
+                            poisoned: None,
+                        };
+                    }
                     let activity = Arc::clone(&shared.activity);
                     let ctx = StepCtx::new(name, comm, stage_names, schedule, links, activity);
                     let returned = actor_loop(actor, ctx, &step, &shared, rank);
@@ -246,6 +259,22 @@ where
                         group: name,
                         rank,
                         reason: format!("could not spawn its thread: {e}"),
+                    })
+                }
+            }
+        }
+        drop(attached_tx);
+        // Every rank attaches its communicator on its own thread; the group runs only if
+        // all did. (A thread that died before sending closes the channel: `recv` fails.)
+        for rank in 0..group.len() {
+            match attached.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    return Err(Error::ActorLost {
+                        group: name,
+                        rank,
+                        reason: "its thread ended while attaching its communicator".into(),
                     })
                 }
             }

@@ -7,8 +7,14 @@
 //!
 //! [`Error::LibraryMissing`]: crate::Error::LibraryMissing
 
+mod agree;
+mod comm;
+mod device;
 mod probe;
 
+pub use comm::{Nccl, NcclComm};
+pub use device::{current_device, Device};
+pub(crate) use device::{gpu, set_current};
 pub use probe::{device_count, nccl_version};
 pub(crate) use probe::{require_cuda, require_nccl};
 

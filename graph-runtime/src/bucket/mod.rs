@@ -14,6 +14,11 @@ use crate::comm::{
 use crate::tensor::Storage;
 use crate::{DType, Element, Error, Tensor};
 
+#[cfg(feature = "nccl")]
+mod device;
+#[cfg(feature = "nccl")]
+pub(crate) use device::DevRegion;
+
 /// A value that can travel through a fused collective stage.
 ///
 /// A stage asks each value for its length, lets it copy its elements into the stage's flat
@@ -64,6 +69,15 @@ pub trait Bucketable: Sized + Send + 'static {
     /// then takes them from here and the stage skips the copy. The default, `None`, always
     /// packs.
     fn elements(&self) -> Option<&[Self::Elem]> {
+        None
+    }
+    /// The elements on a GPU, if the value lives there (feature `nccl`). On the NCCL
+    /// backend the stage copies them device to device and the result is on the GPU too
+    /// (its [`Reduced`] then views device memory: build the result with
+    /// [`Reduced::to_tensor_like`] or [`Reduced::to_tensor`]). The default, `None`: the
+    /// value is on the host.
+    #[cfg(feature = "nccl")]
+    fn device_elements(&self) -> Option<cudarc::driver::CudaView<'_, Self::Elem>> {
         None
     }
     /// Builds the result from the collective's elements (`bucket_len()` of them); `self`
@@ -152,9 +166,14 @@ pub struct Reduced<'a, E> {
 }
 
 impl<E: Element> Reduced<'_, E> {
-    /// The elements.
+    /// The elements, when they are in host memory: always, but for the result of a value
+    /// that lent [device elements](Bucketable::device_elements), which is on the GPU (and
+    /// reads here as empty).
     pub fn as_slice(&self) -> &[E] {
-        &self.buf.host()[self.offset..self.offset + self.len]
+        self.buf
+            .host()
+            .and_then(|h| h.get(self.offset..self.offset + self.len))
+            .unwrap_or(&[])
     }
 
     /// The number of elements.
@@ -205,10 +224,18 @@ impl<E: Element> Bucketable for Tensor<E> {
         self.len()
     }
     fn pack(&self, dst: &mut [E]) {
-        dst.copy_from_slice(self.as_slice());
+        // A GPU tensor is never packed on the host: the stage copies it on the device, or
+        // reports it in the wrong place.
+        if let Some(src) = self.host_slice() {
+            dst.copy_from_slice(src);
+        }
     }
     fn elements(&self) -> Option<&[E]> {
-        Some(self.as_slice())
+        self.host_slice()
+    }
+    #[cfg(feature = "nccl")]
+    fn device_elements(&self) -> Option<cudarc::driver::CudaView<'_, E>> {
+        self.device_view()
     }
     fn unpack(&self, reduced: Reduced<'_, E>) -> Self {
         reduced.to_tensor_like(self)
@@ -322,6 +349,16 @@ pub(crate) struct Region<E> {
     /// Dropped as soon as the outputs are made, so that rank 0 can reuse it.
     shared: Option<Arc<Storage<E>>>,
     len: usize,
+    /// Whether a value of this execution is in host memory. In device mode, `buf` then
+    /// stages those values (and their results) on the host.
+    host_values: bool,
+    /// Whether a value of this execution is on a GPU (even an empty one: its result must
+    /// be on the GPU too).
+    #[cfg_attr(not(feature = "nccl"), allow(dead_code))]
+    device_values: bool,
+    /// Device mode: the flat buffer on the actor's GPU. Reused like `buf`.
+    #[cfg(feature = "nccl")]
+    dev: Option<Arc<Storage<E>>>,
 }
 
 impl<E: Element> Region<E> {
@@ -330,6 +367,10 @@ impl<E: Element> Region<E> {
             buf: None,
             shared: None,
             len: 0,
+            host_values: false,
+            device_values: false,
+            #[cfg(feature = "nccl")]
+            dev: None,
         }
     }
 
@@ -339,8 +380,12 @@ impl<E: Element> Region<E> {
         if self.len == 0 {
             return;
         }
-        if let Some(v) = self.buf.as_mut().and_then(Arc::get_mut) {
-            let v = v.host_mut();
+        if let Some(v) = self
+            .buf
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .and_then(Storage::host_mut)
+        {
             if v.len() < self.len {
                 v.resize(self.len, E::default());
             }
@@ -350,16 +395,37 @@ impl<E: Element> Region<E> {
     }
 
     fn slice_mut(&mut self) -> &mut [E] {
-        match self.buf.as_mut().and_then(Arc::get_mut) {
-            Some(v) => &mut v.host_mut()[..self.len],
-            None => &mut [],
+        let len = self.len;
+        self.buf
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .and_then(Storage::host_mut)
+            .and_then(|v| v.get_mut(..len))
+            .unwrap_or(&mut [])
+    }
+
+    /// [`result`](Self::result) of the device buffer for a value on a GPU.
+    fn result_at<R>(
+        &self,
+        device: bool,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(Reduced<'_, E>) -> R,
+    ) -> R {
+        #[cfg(feature = "nccl")]
+        if device {
+            if let Some(buf) = self.dev.as_ref().filter(|b| offset + len <= b.len()) {
+                return f(Reduced { buf, offset, len });
+            }
         }
+        let _ = device;
+        self.result(offset, len, f)
     }
 
     /// `len` elements at `offset` of the buffer, for a value's result.
     fn result<R>(&self, offset: usize, len: usize, f: impl FnOnce(Reduced<'_, E>) -> R) -> R {
         match self.shared.as_ref().or(self.buf.as_ref()) {
-            Some(buf) if offset + len <= buf.host().len() => f(Reduced { buf, offset, len }),
+            Some(buf) if offset + len <= buf.len() => f(Reduced { buf, offset, len }),
             // Only empty regions have no buffer: hand out an empty view.
             _ => {
                 let buf = Arc::new(Storage::Host(Vec::new()));
@@ -385,7 +451,11 @@ macro_rules! regions {
                 Self { $($field: Region::new(),)* }
             }
             fn reset(&mut self) {
-                $(self.$field.len = 0;)*
+                $(
+                    self.$field.len = 0;
+                    self.$field.host_values = false;
+                    self.$field.device_values = false;
+                )*
                 self.release_shared();
             }
             fn release_shared(&mut self) {
@@ -408,6 +478,13 @@ macro_rules! regions {
             }
             fn len_of(&mut self, d: DType) -> &mut usize {
                 match d { $(DType::$field => &mut self.$field.len,)* }
+            }
+            fn mark_place(&mut self, d: DType, device: bool) {
+                match d { $(DType::$field => if device {
+                    self.$field.device_values = true;
+                } else {
+                    self.$field.host_values = true;
+                },)* }
             }
             /// Sizes each region for `collective`'s output from `inputs`' lengths; `None`
             /// if a length overflows.
@@ -457,6 +534,19 @@ pub struct SlotIdx {
     slot: usize,
     offset: usize,
     len: usize,
+    /// The value is on a GPU: its result is a view of the device buffer.
+    device: bool,
+}
+
+/// Whether a value lives on a GPU.
+fn on_device<T: Bucketable>(value: &T) -> bool {
+    #[cfg(feature = "nccl")]
+    return value.device_elements().is_some();
+    #[cfg(not(feature = "nccl"))]
+    {
+        let _ = value;
+        false
+    }
 }
 
 /// The state of one fused collective stage on one rank, kept across executions.
@@ -469,6 +559,15 @@ pub struct SlotIdx {
 pub struct FusedStage {
     name: &'static str,
     slots: Vec<SlotDesc>,
+    /// Per slot, whether the value is on a GPU (its result will be too).
+    on_device: Vec<bool>,
+    /// An error found before `run` (a failed device copy, a value on the wrong GPU):
+    /// `run` reports it, after joining the stage as failed so that no peer waits.
+    failed: Option<Error>,
+    /// Device mode (the communicator runs on a GPU): the actor's device. Set by
+    /// `prepare_device`, cleared by `prepare`.
+    #[cfg(feature = "nccl")]
+    device: Option<crate::nccl::Device>,
     /// Where each slot's elements are for this execution (see [`Header::data`]). Entries
     /// that point into a value rather than into our region are set only by
     /// `Stage::pack`, whose borrow keeps the value alive until `run` returns; `begin`
@@ -491,6 +590,10 @@ impl FusedStage {
         Self {
             name,
             slots: Vec::new(),
+            on_device: Vec::new(),
+            failed: None,
+            #[cfg(feature = "nccl")]
+            device: None,
             data: Vec::new(),
             inputs: Regions::new(),
             outputs: Regions::new(),
@@ -508,24 +611,33 @@ impl FusedStage {
     /// Starts a new layout.
     pub fn begin(&mut self) {
         self.slots.clear();
+        self.on_device.clear();
         self.data.clear();
+        self.failed = None;
         self.inputs.reset();
     }
 
-    fn push_slot(&mut self, dtype: DType, len: usize, rows: usize) -> SlotIdx {
+    fn push_slot(&mut self, dtype: DType, len: usize, rows: usize, device: bool) -> SlotIdx {
         let slot = self.slots.len();
         self.slots.push(SlotDesc { dtype, len, rows });
+        self.on_device.push(device);
         self.data.push(SlotData::new::<u8>(&[]));
+        self.inputs.mark_place(dtype, device);
         let region_len = self.inputs.len_of(dtype);
         let offset = *region_len;
         *region_len += len;
-        SlotIdx { slot, offset, len }
+        SlotIdx {
+            slot,
+            offset,
+            len,
+            device,
+        }
     }
 
     /// Appends a value to the layout and returns its place.
     pub fn add<T: Bucketable>(&mut self, value: &T) -> SlotIdx {
         let len = value.bucket_len();
-        self.push_slot(<T::Elem as Element>::DTYPE, len, len)
+        self.push_slot(<T::Elem as Element>::DTYPE, len, len, on_device(value))
     }
 
     /// [`add`](Self::add) for `allgather`.
@@ -536,17 +648,29 @@ impl FusedStage {
     /// [`add`](Self::add) for `reducescatter`: the header carries the value's rows too.
     pub fn add_scatter<T: Scatter>(&mut self, value: &T) -> SlotIdx {
         let dtype = <T::Elem as Element>::DTYPE;
-        self.push_slot(dtype, value.bucket_len(), value.rows())
+        self.push_slot(dtype, value.bucket_len(), value.rows(), on_device(value))
     }
 
     /// Takes the flat buffers for this layout (reusing last execution's where no view of
     /// them is alive).
     pub fn prepare(&mut self) {
+        #[cfg(feature = "nccl")]
+        {
+            self.device = None;
+        }
         self.inputs.prepare();
     }
 
     /// Copies a value into its place.
     pub fn pack<T: Bucketable>(&mut self, value: &T, at: SlotIdx) {
+        #[cfg(feature = "nccl")]
+        if self.device.is_some() {
+            return self.pack_device(value, at);
+        }
+        if at.device {
+            // On a host communicator; `run` reports it.
+            return;
+        }
         if let Some(region) = self.inputs.get::<T::Elem>() {
             let dst = &mut region.slice_mut()[at.offset..at.offset + at.len];
             value.pack(dst);
@@ -561,6 +685,9 @@ impl FusedStage {
     /// Only `Stage::pack` calls this: its borrow of `value` lasts until `run` is over,
     /// which is what makes the pointer kept here valid when the communicator reads it.
     pub(crate) fn lend<T: Bucketable>(&mut self, value: &T, at: SlotIdx) {
+        if at.device {
+            return self.pack(value, at);
+        }
         match value.elements() {
             Some(elements) if elements.len() == at.len => {
                 // SAFETY: see above; `begin` drops the entry before the value can go away.
@@ -589,6 +716,22 @@ impl FusedStage {
     ) -> Result<(), Error> {
         self.rank = comm.rank();
         self.ranks = comm.size();
+        #[cfg(feature = "nccl")]
+        if self.device.is_some() {
+            return self.run_device(comm, collective, group);
+        }
+        if let Some(slot) = self.on_device.iter().position(|&d| d) {
+            self.skip(comm);
+            return Err(Error::Placement(format!(
+                "stage `{}`: value {slot} is on a GPU, but group `{group}` runs on a host \
+                 communicator: copy it with `to_host()`, or launch the graph on the Nccl backend",
+                self.name
+            )));
+        }
+        if let Some(e) = self.failed.take() {
+            self.skip(comm);
+            return Err(e);
+        }
         if collective.has_outputs() {
             if self
                 .outputs
@@ -657,7 +800,7 @@ impl FusedStage {
     pub fn output<T: Bucketable>(&mut self, value: &T, at: SlotIdx) -> T {
         let mut none = Region::new();
         let region = self.inputs.get::<T::Elem>().unwrap_or(&mut none);
-        region.result(at.offset, at.len, |r| value.unpack(r))
+        region.result_at(at.device, at.offset, at.len, |r| value.unpack(r))
     }
 
     /// This rank's result for a value of `reduce`: the reduction on the root, `None`
@@ -676,7 +819,9 @@ impl FusedStage {
         let n = self.ranks;
         let mut none = Region::new();
         let region = self.outputs.get::<T::Elem>().unwrap_or(&mut none);
-        region.result(at.offset * n, at.len * n, |r| value.gathered(r, n))
+        region.result_at(at.device, at.offset * n, at.len * n, |r| {
+            value.gathered(r, n)
+        })
     }
 
     /// This rank's result for a value of `reducescatter`: its chunk of the reduction.
@@ -684,7 +829,9 @@ impl FusedStage {
         let n = self.ranks.max(1);
         let mut none = Region::new();
         let region = self.outputs.get::<T::Elem>().unwrap_or(&mut none);
-        region.result(at.offset / n, at.len / n, |r| value.scattered(r, n))
+        region.result_at(at.device, at.offset / n, at.len / n, |r| {
+            value.scattered(r, n)
+        })
     }
 }
 

@@ -5,25 +5,58 @@ use std::sync::Arc;
 
 use crate::{Element, Error};
 
+#[cfg(feature = "nccl")]
+mod device;
+
 /// The memory a tensor points into. Shared by every view of it.
-///
-/// Host memory only for now; a device variant belongs here, next to `Host`, so that
-/// `Tensor`'s own API does not change when it is added.
 #[derive(Debug)]
 pub(crate) enum Storage<E> {
     Host(Vec<E>),
+    /// GPU memory, freed on its stream when the last view goes.
+    #[cfg(feature = "nccl")]
+    Device(cudarc::driver::CudaSlice<E>),
 }
 
 impl<E> Storage<E> {
-    pub(crate) fn host(&self) -> &[E] {
+    /// The elements, if they are in host memory.
+    pub(crate) fn host(&self) -> Option<&[E]> {
         match self {
-            Storage::Host(v) => v,
+            Storage::Host(v) => Some(v),
+            #[cfg(feature = "nccl")]
+            Storage::Device(_) => None,
         }
     }
 
-    pub(crate) fn host_mut(&mut self) -> &mut Vec<E> {
+    pub(crate) fn host_mut(&mut self) -> Option<&mut Vec<E>> {
         match self {
-            Storage::Host(v) => v,
+            Storage::Host(v) => Some(v),
+            #[cfg(feature = "nccl")]
+            Storage::Device(_) => None,
+        }
+    }
+
+    /// The number of elements, wherever they are.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Storage::Host(v) => v.len(),
+            #[cfg(feature = "nccl")]
+            Storage::Device(d) => d.len(),
+        }
+    }
+
+    #[cfg(feature = "nccl")]
+    pub(crate) fn device(&self) -> Option<&cudarc::driver::CudaSlice<E>> {
+        match self {
+            Storage::Host(_) => None,
+            Storage::Device(d) => Some(d),
+        }
+    }
+
+    #[cfg(feature = "nccl")]
+    pub(crate) fn device_mut(&mut self) -> Option<&mut cudarc::driver::CudaSlice<E>> {
+        match self {
+            Storage::Host(_) => None,
+            Storage::Device(d) => Some(d),
         }
     }
 }
@@ -152,7 +185,7 @@ impl<E: Element> Tensor<E> {
         len: usize,
         shape: Arc<[usize]>,
     ) -> Self {
-        debug_assert!(offset + len <= data.host().len());
+        debug_assert!(offset + len <= data.len());
         Self {
             data,
             offset,
@@ -166,11 +199,37 @@ impl<E: Element> Tensor<E> {
     }
 
     /// The elements, row-major.
+    ///
+    /// # Panics
+    /// If the tensor is on a GPU (feature `nccl`): use [`host_slice`](Self::host_slice),
+    /// which returns `None` there, or copy it to the host first with `to_host`.
     pub fn as_slice(&self) -> &[E] {
-        &self.data.host()[self.offset..self.offset + self.len]
+        match self.host_slice() {
+            Some(s) => s,
+            None => panic!("Tensor::as_slice on a GPU tensor: copy it with `to_host()` first"),
+        }
+    }
+
+    /// The elements, row-major, if the tensor is in host memory (`None` on a GPU).
+    ///
+    /// ```
+    /// let t = actorgraph::Tensor::full([2], 1u8);
+    /// assert_eq!(t.host_slice(), Some(&[1u8, 1][..]));
+    /// ```
+    pub fn host_slice(&self) -> Option<&[E]> {
+        let all = self.data.host()?;
+        all.get(self.offset..self.offset + self.len)
+    }
+
+    /// Whether the elements are in host memory (always, without the `nccl` feature).
+    pub fn is_host(&self) -> bool {
+        self.data.host().is_some()
     }
 
     /// A copy of the elements, row-major.
+    ///
+    /// # Panics
+    /// If the tensor is on a GPU, like [`as_slice`](Self::as_slice).
     pub fn to_vec(&self) -> Vec<E> {
         self.as_slice().to_vec()
     }
@@ -207,19 +266,29 @@ impl<E: Element> Tensor<E> {
     }
 }
 
+/// Equal shapes and elements. A GPU tensor equals only a view of the same elements (its
+/// elements are not copied to compare them): compare `to_host()` copies instead.
 impl<E: Element> PartialEq for Tensor<E> {
     fn eq(&self, other: &Self) -> bool {
-        self.shape() == other.shape() && self.as_slice() == other.as_slice()
+        if self.shape() != other.shape() {
+            return false;
+        }
+        match (self.host_slice(), other.host_slice()) {
+            (Some(a), Some(b)) => a == b,
+            _ => self.shares_storage(other) && self.offset == other.offset,
+        }
     }
 }
 
 impl<E: Element> fmt::Debug for Tensor<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tensor")
-            .field("dtype", &E::DTYPE)
-            .field("shape", &self.shape())
-            .field("data", &self.as_slice())
-            .finish()
+        let mut d = f.debug_struct("Tensor");
+        d.field("dtype", &E::DTYPE).field("shape", &self.shape());
+        match self.host_slice() {
+            Some(data) => d.field("data", &data),
+            None => d.field("data", &format_args!("<on a GPU>")),
+        };
+        d.finish()
     }
 }
 

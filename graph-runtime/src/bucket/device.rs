@@ -1,0 +1,351 @@
+//! Device mode of a fused stage (feature `nccl`): the flat buffer of each dtype lives on
+//! the actor's GPU. GPU values are copied in device to device, host values host to device
+//! (through the host region when they cannot lend their elements); the communicator runs
+//! the collective over the device buffers; GPU values get views of them back, host values
+//! copies.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+
+use super::{stage_error, Bucketable, FusedStage, Region, Regions, SlotIdx};
+use crate::comm::{Collective, Communicator, Header, Status};
+use crate::nccl::{gpu, Device};
+use crate::tensor::Storage;
+use crate::{DType, Element, Error};
+
+/// One dtype region of a stage on the GPU, as the NCCL communicator sees it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DevRegion {
+    pub(crate) dtype: DType,
+    pub(crate) ptr: CUdeviceptr,
+    pub(crate) len: usize,
+}
+
+impl DevRegion {
+    pub(crate) const EMPTY: Self = Self {
+        dtype: DType::U8,
+        ptr: 0,
+        len: 0,
+    };
+}
+
+impl<E: Element> Region<E> {
+    /// Makes `dev` an unshared device buffer of at least `len` elements (and `buf` a host
+    /// one, when host values need staging), reusing last execution's when no view of it is
+    /// alive.
+    fn prepare_device(&mut self, device: &Device) -> Result<(), Error> {
+        if self.len == 0 {
+            // Only empty values: their (empty) results still go on the GPU.
+            if self.device_values && self.dev.is_none() {
+                let empty = device.stream().null::<E>().map_err(gpu("cuMemAlloc"))?;
+                self.dev = Some(Arc::new(Storage::Device(empty)));
+            }
+            return Ok(());
+        }
+        if self.host_values {
+            self.prepare();
+        }
+        let len = self.len;
+        if self.dev_mut().is_some_and(|d| d.len() >= len) {
+            return Ok(());
+        }
+        let buf = device
+            .stream()
+            .alloc_zeros::<E>(len)
+            .map_err(gpu("cuMemAlloc"))?;
+        self.dev = Some(Arc::new(Storage::Device(buf)));
+        Ok(())
+    }
+
+    fn dev_mut(&mut self) -> Option<&mut CudaSlice<E>> {
+        self.dev
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .and_then(Storage::device_mut)
+    }
+
+    /// The region for the communicator: its device address and length.
+    fn dev_region(&mut self, stream: &Arc<CudaStream>) -> Option<DevRegion> {
+        let len = self.len;
+        if len == 0 {
+            return None;
+        }
+        let (ptr, _record) = self.dev_mut()?.device_ptr_mut(stream);
+        Some(DevRegion {
+            dtype: E::DTYPE,
+            ptr,
+            len,
+        })
+    }
+
+    /// Records that the buffer is written up to this point of the stream (after the
+    /// collective), so that cudarc makes other streams' later reads wait for it.
+    fn touch(&mut self, stream: &Arc<CudaStream>) {
+        if self.len > 0 {
+            if let Some(d) = self.dev_mut() {
+                drop(d.device_ptr_mut(stream));
+            }
+        }
+    }
+
+    /// Copies `src` (host) to `range` of the device buffer.
+    fn upload(
+        &mut self,
+        range: Range<usize>,
+        src: &[E],
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), Error> {
+        let mut dst = self
+            .dev_mut()
+            .and_then(|d| d.try_slice_mut(range))
+            .ok_or_else(missing_buffer)?;
+        if dst.len() != src.len() {
+            return Err(missing_buffer());
+        }
+        stream
+            .memcpy_htod(src, &mut dst)
+            .map_err(gpu("cuMemcpyHtoD"))
+    }
+
+    /// Packs a host value into the host staging buffer, then copies it to the device.
+    fn stage_and_upload(
+        &mut self,
+        range: Range<usize>,
+        pack: impl FnOnce(&mut [E]),
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), Error> {
+        let staged = self
+            .slice_mut()
+            .get_mut(range.clone())
+            .ok_or_else(missing_buffer)?;
+        pack(staged);
+        let Region { buf, dev, .. } = self;
+        let src = buf
+            .as_ref()
+            .and_then(|b| b.host())
+            .and_then(|h| h.get(range.clone()))
+            .ok_or_else(missing_buffer)?;
+        let mut dst = dev
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .and_then(Storage::device_mut)
+            .and_then(|d| d.try_slice_mut(range))
+            .ok_or_else(missing_buffer)?;
+        stream
+            .memcpy_htod(src, &mut dst)
+            .map_err(gpu("cuMemcpyHtoD"))
+    }
+
+    /// Copies a GPU value to `range` of the device buffer.
+    fn copy_in(
+        &mut self,
+        range: Range<usize>,
+        src: &cudarc::driver::CudaView<'_, E>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), Error> {
+        let mut dst = self
+            .dev_mut()
+            .and_then(|d| d.try_slice_mut(range))
+            .ok_or_else(missing_buffer)?;
+        if dst.len() != src.len() {
+            return Err(missing_buffer());
+        }
+        stream
+            .memcpy_dtod(src, &mut dst)
+            .map_err(gpu("cuMemcpyDtoD"))
+    }
+
+    /// Copies `range` of the device buffer (a host value's result) to the host buffer.
+    fn download(&mut self, range: Range<usize>, stream: &Arc<CudaStream>) -> Result<(), Error> {
+        let Region { buf, dev, .. } = self;
+        let src = dev
+            .as_ref()
+            .and_then(|d| d.device())
+            .and_then(|d| d.try_slice(range.clone()))
+            .ok_or_else(missing_buffer)?;
+        let dst = buf
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .and_then(Storage::host_mut)
+            .and_then(|h| h.get_mut(range))
+            .ok_or_else(missing_buffer)?;
+        stream.memcpy_dtoh(&src, dst).map_err(gpu("cuMemcpyDtoH"))
+    }
+}
+
+fn missing_buffer() -> Error {
+    Error::Backend("internal error: a fused stage's device buffer does not match its layout".into())
+}
+
+macro_rules! regions_device {
+    ($($field:ident: $t:ty),*) => {
+        impl Regions {
+            fn prepare_device(&mut self, device: &Device) -> Result<(), Error> {
+                $(self.$field.prepare_device(device)?;)*
+                Ok(())
+            }
+            /// The non-empty device regions, at most one per dtype, and how many there are.
+            fn device_regions(&mut self, stream: &Arc<CudaStream>) -> ([DevRegion; DType::COUNT], usize) {
+                let mut all = [DevRegion::EMPTY; DType::COUNT];
+                let mut n = 0;
+                $(if let Some(r) = self.$field.dev_region(stream) {
+                    all[n] = r;
+                    n += 1;
+                })*
+                (all, n)
+            }
+            fn touch(&mut self, stream: &Arc<CudaStream>) {
+                $(self.$field.touch(stream);)*
+            }
+            fn copy_places(&mut self, from: &Regions) {
+                $(
+                    self.$field.host_values = from.$field.host_values;
+                    self.$field.device_values = from.$field.device_values;
+                )*
+            }
+            fn download(&mut self, d: DType, range: Range<usize>, stream: &Arc<CudaStream>) -> Result<(), Error> {
+                match d { $(DType::$field => self.$field.download(range, stream),)* }
+            }
+        }
+    };
+}
+crate::element::for_each_dtype!(regions_device);
+
+impl FusedStage {
+    /// Device mode's `prepare`: takes the device buffers for this layout on `device`.
+    pub(crate) fn prepare_device(&mut self, device: &Device) {
+        if let Err(e) = self.inputs.prepare_device(device) {
+            self.failed.get_or_insert(e);
+        }
+        self.device = Some(device.clone());
+    }
+
+    /// Device mode's `pack`: copies a value into its place in the device buffer. A failed
+    /// copy is kept for `run` to report.
+    pub(crate) fn pack_device<T: Bucketable>(&mut self, value: &T, at: SlotIdx) {
+        if self.failed.is_some() || at.len == 0 {
+            return;
+        }
+        if let Err(e) = self.try_pack_device(value, at) {
+            self.failed = Some(e);
+        }
+    }
+
+    fn try_pack_device<T: Bucketable>(&mut self, value: &T, at: SlotIdx) -> Result<(), Error> {
+        let (Some(device), Some(region)) = (self.device.as_ref(), self.inputs.get::<T::Elem>())
+        else {
+            return Err(missing_buffer());
+        };
+        let stream = device.stream();
+        let range = at.offset..at.offset + at.len;
+        if at.device {
+            let src = value.device_elements().ok_or_else(missing_buffer)?;
+            return region.copy_in(range, &src, stream);
+        }
+        match value.elements() {
+            Some(src) if src.len() == at.len => region.upload(range, src, stream),
+            _ => region.stage_and_upload(range, |dst| value.pack(dst), stream),
+        }
+    }
+
+    /// Device mode's `run`: agreement and collective on the GPU, then the host values'
+    /// results copied back.
+    pub(crate) fn run_device<C: Communicator>(
+        &mut self,
+        comm: &mut C,
+        collective: Collective,
+        group: &'static str,
+    ) -> Result<(), Error> {
+        let (rank, n) = (self.rank, self.ranks);
+        let prepared = self.prepare_outputs_device(collective);
+        if let Err(e) = self.failed.take().map_or(prepared, Err) {
+            self.skip(comm);
+            return Err(e);
+        }
+        let Some(device) = self.device.clone() else {
+            self.skip(comm);
+            return Err(missing_buffer());
+        };
+        let Some(nccl) = comm.nccl() else {
+            return Err(Error::Backend(
+                "internal error: a device-mode stage ran on a host communicator".into(),
+            ));
+        };
+        let stream = device.stream();
+        let header = Header {
+            status: Status::Ok,
+            slots: &self.slots,
+            data: &[],
+        };
+        let (ins, n_ins) = self.inputs.device_regions(stream);
+        let (outs, n_outs) = self.outputs.device_regions(stream);
+        nccl.stage_device(&header, collective, &ins[..n_ins], &outs[..n_outs])
+            .map_err(|e| stage_error(e, self.name, group, rank))?;
+        self.inputs.touch(stream);
+        self.outputs.touch(stream);
+        if !self.on_device.iter().all(|&d| d) {
+            // Host values: wait for the collective (abortably), then copy their results.
+            nccl.wait()
+                .map_err(|e| stage_error(e, self.name, group, rank))?;
+            self.download_host_results(collective, n, stream)?;
+        }
+        Ok(())
+    }
+
+    fn prepare_outputs_device(&mut self, collective: Collective) -> Result<(), Error> {
+        if !collective.has_outputs() {
+            self.outputs.reset();
+            return Ok(());
+        }
+        if self
+            .outputs
+            .size_outputs(&self.inputs, collective, self.ranks)
+            .is_none()
+        {
+            return Err(Error::Backend(format!(
+                "stage `{}`: the output of {} ranks does not fit in memory",
+                self.name, self.ranks
+            )));
+        }
+        self.outputs.copy_places(&self.inputs);
+        match &self.device {
+            Some(device) => self.outputs.prepare_device(device),
+            None => Err(missing_buffer()),
+        }
+    }
+
+    /// Copies each host value's result from the device buffers to the host ones, where
+    /// `output` finds it, and waits for the copies.
+    fn download_host_results(
+        &mut self,
+        collective: Collective,
+        n: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), Error> {
+        let mut offsets = [0usize; DType::COUNT];
+        for (slot, &on_device) in self.slots.iter().zip(&self.on_device) {
+            let offset = &mut offsets[slot.dtype.index()];
+            let (o, len) = (*offset, slot.len);
+            *offset += len;
+            if on_device || len == 0 {
+                continue;
+            }
+            match collective {
+                Collective::AllGather => {
+                    self.outputs
+                        .download(slot.dtype, n * o..n * (o + len), stream)?
+                }
+                Collective::ReduceScatter(_) => {
+                    self.outputs
+                        .download(slot.dtype, o / n..(o + len) / n, stream)?
+                }
+                _ => self.inputs.download(slot.dtype, o..o + len, stream)?,
+            }
+        }
+        // Device-to-pageable-host copies return when done; this only makes it explicit.
+        stream.synchronize().map_err(gpu("cuStreamSynchronize"))
+    }
+}

@@ -1,0 +1,639 @@
+//! `Nccl`, the backend, and `NcclComm`, one rank's NCCL communicator.
+
+use std::ffi::c_int;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Barrier};
+
+use cudarc::driver::{CudaEvent, CudaSlice, DevicePtrMut};
+use cudarc::nccl::result::{self as nccl, NcclError};
+use cudarc::nccl::sys;
+
+use super::agree::{self, FirstRound, SUMMARY_WORDS};
+use super::{device_count, gpu, require_cuda, require_nccl, set_current, Device};
+use crate::bucket::DevRegion;
+use crate::comm::{AbortHandle, Backend, Collective, Communicator, Header, RegionMut, StageError};
+use crate::{DType, Error, ReduceOp};
+
+/// The NCCL backend: actor `r` of a group runs on GPU `devices[r]`, and the group's fused
+/// stages run as NCCL collectives on the actors' GPUs.
+///
+/// Each actor thread binds its GPU's context and creates its own stream and NCCL
+/// communicator when the group is launched. GPU tensors in a bucket are copied into the
+/// stage's flat device buffer and their results are views of it; host values (a scalar
+/// loss, a `Vec`, a host tensor) are copied to the GPU and back.
+///
+/// ```no_run
+/// # fn main() -> Result<(), actorgraph::Error> {
+/// use actorgraph::nccl::Nccl;
+/// let backend = Nccl::all()?; // one actor per visible GPU
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Nccl {
+    devices: Vec<usize>,
+}
+
+impl Nccl {
+    /// A backend that puts actor `r` of a group on GPU `devices[r]`.
+    ///
+    /// An error, before anything is opened, if libcuda or libnccl cannot be loaded
+    /// ([`Error::LibraryMissing`]), if a GPU does not exist ([`Error::NoSuchDevice`]), if
+    /// there is none, or if one appears twice (NCCL cannot hold one GPU twice in a
+    /// communicator).
+    pub fn new(devices: impl IntoIterator<Item = usize>) -> Result<Self, Error> {
+        require_cuda()?;
+        require_nccl()?;
+        let devices: Vec<usize> = devices.into_iter().collect();
+        if devices.is_empty() {
+            return Err(Error::Backend(
+                "the Nccl backend needs at least one GPU".into(),
+            ));
+        }
+        let count = device_count()?;
+        for (i, &ordinal) in devices.iter().enumerate() {
+            if ordinal >= count {
+                return Err(Error::NoSuchDevice { ordinal, count });
+            }
+            if devices[..i].contains(&ordinal) {
+                return Err(Error::Backend(format!(
+                    "GPU {ordinal} is given twice: NCCL cannot hold one GPU twice in a \
+                     communicator (put one actor per GPU)"
+                )));
+            }
+        }
+        Ok(Self { devices })
+    }
+
+    /// A backend over every GPU the driver sees, in order.
+    pub fn all() -> Result<Self, Error> {
+        Self::new(0..device_count()?)
+    }
+
+    /// The GPU of each rank.
+    pub fn devices(&self) -> &[usize] {
+        &self.devices
+    }
+}
+
+impl Backend for Nccl {
+    type Comm = NcclComm;
+
+    fn communicators(&self, size: usize) -> Result<Vec<NcclComm>, Error> {
+        if size != self.devices.len() {
+            return Err(Error::Backend(format!(
+                "the Nccl backend has {} GPU(s) for a group of {size} actors: give it one GPU \
+                 per actor",
+                self.devices.len()
+            )));
+        }
+        let id = nccl::get_uniqueid().map_err(nccl_err("ncclGetUniqueId"))?;
+        let shared = Arc::new(Shared {
+            barrier: Barrier::new(size),
+            failed: AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
+        });
+        Ok(self
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(rank, &ordinal)| NcclComm {
+                rank,
+                size,
+                ordinal,
+                id,
+                shared: Arc::clone(&shared),
+                attached: None,
+            })
+            .collect())
+    }
+}
+
+/// What the ranks of one group share.
+#[derive(Debug)]
+struct Shared {
+    /// Every rank opens its GPU before any calls `ncclCommInitRank`, which blocks until
+    /// all ranks call it: a rank that could not open its GPU must not leave the others
+    /// waiting there.
+    barrier: Barrier,
+    failed: AtomicBool,
+    aborted: AtomicBool,
+}
+
+/// One rank's endpoint on the [`Nccl`] backend: its GPU, stream and NCCL communicator,
+/// created on the actor's thread when the group is launched.
+#[derive(Debug)]
+pub struct NcclComm {
+    rank: usize,
+    size: usize,
+    ordinal: usize,
+    id: sys::ncclUniqueId,
+    shared: Arc<Shared>,
+    attached: Option<Attached>,
+}
+
+/// The per-thread part, made by `attach`.
+#[derive(Debug)]
+struct Attached {
+    comm: RawComm,
+    device: Device,
+    /// Recorded after the work a stage waits for; polled so that a wait can be aborted.
+    done: CudaEvent,
+    /// The header words of every rank, on the GPU and on the host.
+    words_dev: Option<CudaSlice<u64>>,
+    words: Vec<u64>,
+    mine: Vec<u64>,
+    /// Device copies of the regions handed to the host-memory `stage`.
+    scratch: Vec<CudaSlice<u8>>,
+}
+
+/// An NCCL communicator handle.
+#[derive(Debug)]
+struct RawComm(sys::ncclComm_t);
+
+// SAFETY: an NCCL communicator may be used from any thread, one call at a time. `RawComm`
+// is owned by one `NcclComm`, whose `&mut self` methods serialise every use; it moves
+// threads at most once, with the communicator, before the actor's first step.
+unsafe impl Send for RawComm {}
+
+impl Drop for RawComm {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from `ncclCommInitRank` and is dropped once. Abort rather
+        // than destroy: it does not wait for peers, which may be gone.
+        unsafe {
+            let _ = nccl::comm_abort(self.0);
+        }
+    }
+}
+
+impl Drop for NcclComm {
+    fn drop(&mut self) {
+        // Let queued work finish (results the caller still holds views of) before the
+        // communicator goes, unless the group was aborted: then a peer may never come.
+        if let Some(a) = &self.attached {
+            if !self.shared.aborted.load(SeqCst) {
+                let _ = a.device.synchronize();
+            }
+        }
+    }
+}
+
+impl NcclComm {
+    /// This rank's GPU, once attached (on the actor's thread).
+    pub fn device(&self) -> Option<&Device> {
+        self.attached.as_ref().map(|a| &a.device)
+    }
+
+    /// The ordinal of this rank's GPU.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    fn attached(&mut self) -> Result<&mut Attached, StageError> {
+        self.attached.as_mut().ok_or_else(|| {
+            StageError::Comm(Error::Backend(
+                "the NCCL communicator is used before being attached to its actor's thread".into(),
+            ))
+        })
+    }
+
+    /// Runs a stage whose regions are on this rank's GPU (the fused stage's device mode):
+    /// agreement, then one NCCL group over every region. Returns once the work is queued
+    /// on the stream; [`wait`](Self::wait) waits for it.
+    pub(crate) fn stage_device(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        ins: &[DevRegion],
+        outs: &[DevRegion],
+    ) -> Result<(), StageError> {
+        if self.shared.aborted.load(SeqCst) {
+            return Err(StageError::Aborted);
+        }
+        self.agree(header, collective)?;
+        self.launch(header, collective, ins, outs)
+    }
+
+    /// Waits for the work queued on this rank's stream; gives up with
+    /// [`StageError::Aborted`] if the group is aborted meanwhile.
+    pub(crate) fn wait(&mut self) -> Result<(), StageError> {
+        let shared = Arc::clone(&self.shared);
+        let a = self.attached()?;
+        a.done
+            .record(a.device.stream())
+            .map_err(|e| StageError::Comm(gpu("cuEventRecord")(e)))?;
+        let mut polls = 0u32;
+        loop {
+            match a.done.try_is_complete() {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => return Err(StageError::Comm(gpu("cuEventQuery")(e))),
+            }
+            if shared.aborted.load(SeqCst) {
+                return Err(StageError::Aborted);
+            }
+            // A stage's payload takes microseconds to milliseconds: poll hot first, then
+            // leave the core to others.
+            polls += 1;
+            if polls < 64 {
+                std::hint::spin_loop();
+            } else if polls < 1024 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+            }
+        }
+    }
+
+    /// Every rank's header words: this rank's `mine`, all-gathered, into `words`.
+    fn all_gather_words(&mut self) -> Result<(), StageError> {
+        let (rank, size) = (self.rank, self.size);
+        let a = self.attached()?;
+        let k = a.mine.len();
+        let total = k * size;
+        let stream = Arc::clone(a.device.stream());
+        if a.words_dev.as_ref().is_none_or(|w| w.len() < total) {
+            let buf = stream
+                .alloc_zeros::<u64>(total.max(SUMMARY_WORDS * size))
+                .map_err(|e| StageError::Comm(gpu("cuMemAlloc")(e)))?;
+            a.words_dev = Some(buf);
+        }
+        let Some(dev) = a.words_dev.as_mut() else {
+            return Err(StageError::Comm(Error::Backend("no header buffer".into())));
+        };
+        if k > 0 {
+            let mut own = dev.try_slice_mut(rank * k..(rank + 1) * k).ok_or_else(|| {
+                StageError::Comm(Error::Backend("header buffer too small".into()))
+            })?;
+            stream
+                .memcpy_htod(&a.mine, &mut own)
+                .map_err(|e| StageError::Comm(gpu("cuMemcpyHtoD")(e)))?;
+            let (ptr, _record) = dev.device_ptr_mut(&stream);
+            // SAFETY: `ptr` holds `total` u64s; this rank's `k` words are at `rank * k`, the
+            // in-place layout NCCL's all-gather accepts. The buffer outlives the call: it
+            // is freed on this stream, after the collective.
+            unsafe {
+                nccl::all_gather(
+                    (ptr + (rank * k * 8) as u64) as *const _,
+                    ptr as *mut _,
+                    k,
+                    sys::ncclDataType_t::ncclUint64,
+                    a.comm.0,
+                    stream.cu_stream() as sys::cudaStream_t,
+                )
+            }
+            .map_err(nccl_stage_err("ncclAllGather"))?;
+        }
+        self.wait()?;
+        let a = self.attached()?;
+        a.words.clear();
+        a.words.resize(total, 0);
+        if let Some(src) = a.words_dev.as_ref().and_then(|d| d.try_slice(..total)) {
+            if total > 0 {
+                stream
+                    .memcpy_dtoh(&src, &mut a.words[..])
+                    .map_err(|e| StageError::Comm(gpu("cuMemcpyDtoH")(e)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The failure model's header agreement, as one all-gather of a few words per rank
+    /// (two when the layouts differ, to say how).
+    fn agree(&mut self, header: &Header<'_>, collective: Collective) -> Result<(), StageError> {
+        let size = self.size;
+        let mine = agree::summary(header, collective, size);
+        let a = self.attached()?;
+        a.mine.clear();
+        a.mine.extend_from_slice(&mine);
+        self.all_gather_words()?;
+        let verdict = agree::first_round(&self.attached()?.words, size, collective);
+        match verdict {
+            FirstRound::Agreed => Ok(()),
+            FirstRound::Disagreed(d) => Err(StageError::Disagreed(d)),
+            FirstRound::NeedLayouts { max_slots } => {
+                let a = self.attached()?;
+                agree::layout_words(header, max_slots, &mut a.mine);
+                self.all_gather_words()?;
+                let words = &self.attached()?.words;
+                agree::second_round(words, size, max_slots, collective)
+                    .map_err(StageError::Disagreed)
+            }
+        }
+    }
+
+    /// Queues `collective` over every region as one NCCL group: one launch.
+    fn launch(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        ins: &[DevRegion],
+        outs: &[DevRegion],
+    ) -> Result<(), StageError> {
+        let size = self.size;
+        let a = self.attached()?;
+        let (comm, stream) = (a.comm.0, a.device.stream().cu_stream() as sys::cudaStream_t);
+        nccl::group_start().map_err(nccl_stage_err("ncclGroupStart"))?;
+        let queued = queue_ops(comm, stream, size, header, collective, ins, outs);
+        let ended = nccl::group_end().map_err(nccl_stage_err("ncclGroupEnd"));
+        queued.and(ended.map(drop))
+    }
+}
+
+/// The NCCL calls of one stage, between `ncclGroupStart` and `ncclGroupEnd`.
+///
+/// In-place collectives take one call per region. `allgather` and `reducescatter` take one
+/// call per value: NCCL's own layout for them is rank-major over the whole buffer, and a
+/// stage's is per value (see `Communicator`'s layout), which per-value calls inside one
+/// group give with no extra copy.
+fn queue_ops(
+    comm: sys::ncclComm_t,
+    stream: sys::cudaStream_t,
+    size: usize,
+    header: &Header<'_>,
+    collective: Collective,
+    ins: &[DevRegion],
+    outs: &[DevRegion],
+) -> Result<(), StageError> {
+    let err = nccl_stage_err;
+    // SAFETY (every call below): each region is a live device buffer of `len` elements
+    // of its dtype on this rank's GPU, owned by the fused stage for the whole execution
+    // and freed only on this stream, so after these calls complete. Offsets stay within
+    // the regions: the layout was agreed, and `Collective::output_len` sized the outputs.
+    unsafe {
+        match collective {
+            Collective::AllReduce(op) => {
+                for r in ins {
+                    let p = r.ptr as *mut std::ffi::c_void;
+                    nccl::all_reduce(p, p, r.len, dtype(r.dtype), red(op), comm, stream)
+                        .map_err(err("ncclAllReduce"))?;
+                }
+            }
+            Collective::Broadcast { root } => {
+                for r in ins {
+                    let p = r.ptr as *mut std::ffi::c_void;
+                    nccl::broadcast(p, p, r.len, dtype(r.dtype), root as c_int, comm, stream)
+                        .map_err(err("ncclBroadcast"))?;
+                }
+            }
+            Collective::Reduce { op, root } => {
+                for r in ins {
+                    let p = r.ptr as *mut std::ffi::c_void;
+                    nccl::reduce(
+                        p,
+                        p,
+                        r.len,
+                        dtype(r.dtype),
+                        red(op),
+                        root as c_int,
+                        comm,
+                        stream,
+                    )
+                    .map_err(err("ncclReduce"))?;
+                }
+            }
+            Collective::AllGather | Collective::ReduceScatter(_) => {
+                let mut offsets = [0usize; DType::COUNT];
+                for slot in header.slots {
+                    let at = &mut offsets[slot.dtype.index()];
+                    let (o, len) = (*at, slot.len);
+                    *at += len;
+                    if len == 0 {
+                        continue;
+                    }
+                    let (Some(i), Some(out)) = (
+                        ins.iter().find(|r| r.dtype == slot.dtype),
+                        outs.iter().find(|r| r.dtype == slot.dtype),
+                    ) else {
+                        return Err(StageError::Comm(Error::Backend(
+                            "internal error: a value has no region".into(),
+                        )));
+                    };
+                    let bytes = slot.dtype.size() as u64;
+                    let src = (i.ptr + o as u64 * bytes) as *const std::ffi::c_void;
+                    match collective {
+                        Collective::ReduceScatter(op) => {
+                            let dst = (out.ptr + (o / size) as u64 * bytes) as *mut _;
+                            nccl::reduce_scatter(
+                                src,
+                                dst,
+                                len / size,
+                                dtype(slot.dtype),
+                                red(op),
+                                comm,
+                                stream,
+                            )
+                            .map_err(err("ncclReduceScatter"))?;
+                        }
+                        _ => {
+                            let dst = (out.ptr + (o * size) as u64 * bytes) as *mut _;
+                            nccl::all_gather(src, dst, len, dtype(slot.dtype), comm, stream)
+                                .map_err(err("ncclAllGather"))?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Communicator for NcclComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Host regions: copied to the GPU, run there, copied back. (Fused stages of a graph
+    /// run in device mode instead, through `stage_device`.)
+    fn stage(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        regions: &mut [RegionMut<'_>],
+        outputs: &mut [RegionMut<'_>],
+    ) -> Result<(), StageError> {
+        if self.shared.aborted.load(SeqCst) {
+            return Err(StageError::Aborted);
+        }
+        self.agree(header, collective)?;
+        if regions.is_empty() {
+            return Ok(());
+        }
+        let a = self.attached()?;
+        let (n_ins, n) = (regions.len(), regions.len() + outputs.len());
+        let mut regs = [DevRegion::EMPTY; 2 * DType::COUNT];
+        for (i, r) in regions.iter_mut().enumerate() {
+            regs[i] = a.upload_scratch(i, r, true)?;
+        }
+        for (i, r) in outputs.iter_mut().enumerate() {
+            regs[n_ins + i] = a.upload_scratch(n_ins + i, r, false)?;
+        }
+        let (ins, outs) = regs[..n].split_at(n_ins);
+        self.launch(header, collective, ins, outs)?;
+        self.wait()?;
+        let a = self.attached()?;
+        // The results: in the outputs for the collectives that have them, else in place.
+        if collective.has_outputs() {
+            for (i, r) in outputs.iter_mut().enumerate() {
+                a.download_scratch(n_ins + i, r)?;
+            }
+        } else {
+            for (i, r) in regions.iter_mut().enumerate() {
+                a.download_scratch(i, r)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn abort_handle(&self) -> AbortHandle {
+        let shared = Arc::clone(&self.shared);
+        AbortHandle::new(move || shared.aborted.store(true, SeqCst))
+    }
+
+    fn attach(&mut self) -> Result<(), Error> {
+        let device = Device::new(self.ordinal);
+        if device.is_err() {
+            self.shared.failed.store(true, SeqCst);
+        }
+        self.shared.barrier.wait();
+        let device = device?;
+        if self.shared.failed.load(SeqCst) {
+            return Err(Error::Backend(format!(
+                "rank {}: another rank of the group could not open its GPU",
+                self.rank
+            )));
+        }
+        let mut raw = MaybeUninit::uninit();
+        // SAFETY: `raw` is written by a successful call and read only then; this thread has
+        // the GPU's context current (bound by `Device::new`); every rank calls with the
+        // same id and size and its own rank, as NCCL requires.
+        let comm = unsafe {
+            nccl::comm_init_rank(
+                raw.as_mut_ptr(),
+                self.size as c_int,
+                self.id,
+                self.rank as c_int,
+            )
+            .map_err(nccl_err("ncclCommInitRank"))?;
+            RawComm(raw.assume_init())
+        };
+        let done = device
+            .context()
+            .new_event(None)
+            .map_err(gpu("cuEventCreate"))?;
+        set_current(Some(device.clone()));
+        self.attached = Some(Attached {
+            comm,
+            device,
+            done,
+            words_dev: None,
+            words: Vec::new(),
+            mine: Vec::new(),
+            scratch: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn nccl(&mut self) -> Option<&mut NcclComm> {
+        Some(self)
+    }
+}
+
+impl Attached {
+    /// Copies host region `r` (if `upload`) to scratch buffer `i`, which it sizes.
+    fn upload_scratch(
+        &mut self,
+        i: usize,
+        r: &mut RegionMut<'_>,
+        upload: bool,
+    ) -> Result<DevRegion, StageError> {
+        let stream = Arc::clone(self.device.stream());
+        let bytes = host_bytes(r);
+        let need = bytes.len().max(1);
+        if self.scratch.get(i).is_none_or(|s| s.len() < need) {
+            let buf = stream
+                .alloc_zeros::<u8>(need)
+                .map_err(|e| StageError::Comm(gpu("cuMemAlloc")(e)))?;
+            match self.scratch.get_mut(i) {
+                Some(s) => *s = buf,
+                None => self.scratch.push(buf),
+            }
+        }
+        let dev = &mut self.scratch[i];
+        if upload && !bytes.is_empty() {
+            let mut dst = dev.slice_mut(..bytes.len());
+            stream
+                .memcpy_htod(&*bytes, &mut dst)
+                .map_err(|e| StageError::Comm(gpu("cuMemcpyHtoD")(e)))?;
+        }
+        let (ptr, _record) = dev.device_ptr_mut(&stream);
+        Ok(DevRegion {
+            dtype: r.dtype(),
+            ptr,
+            len: r.len(),
+        })
+    }
+
+    /// Copies scratch buffer `i` back to host region `r`.
+    fn download_scratch(&mut self, i: usize, r: &mut RegionMut<'_>) -> Result<(), StageError> {
+        let bytes = host_bytes(r);
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let src = self.scratch[i].slice(..bytes.len());
+        self.device
+            .stream()
+            .memcpy_dtoh(&src, bytes)
+            .map_err(|e| StageError::Comm(gpu("cuMemcpyDtoH")(e)))
+    }
+}
+
+/// A host region's bytes.
+fn host_bytes<'r>(r: &'r mut RegionMut<'_>) -> &'r mut [u8] {
+    let bytes = r.len() * r.dtype().size();
+    // SAFETY: the region is a `&mut [T]` of `len` plain-data elements of `dtype`, so
+    // `len * size` initialised bytes, borrowed mutably for `'r`.
+    unsafe { std::slice::from_raw_parts_mut(r.as_mut_ptr(), bytes) }
+}
+
+fn dtype(d: DType) -> sys::ncclDataType_t {
+    use sys::ncclDataType_t as T;
+    match d {
+        DType::F16 => T::ncclFloat16,
+        DType::BF16 => T::ncclBfloat16,
+        DType::F32 => T::ncclFloat32,
+        DType::F64 => T::ncclFloat64,
+        DType::I8 => T::ncclInt8,
+        DType::U8 => T::ncclUint8,
+        DType::I32 => T::ncclInt32,
+        DType::U32 => T::ncclUint32,
+        DType::I64 => T::ncclInt64,
+        DType::U64 => T::ncclUint64,
+    }
+}
+
+fn red(op: ReduceOp) -> sys::ncclRedOp_t {
+    use sys::ncclRedOp_t as R;
+    match op {
+        ReduceOp::Sum => R::ncclSum,
+        ReduceOp::Prod => R::ncclProd,
+        ReduceOp::Min => R::ncclMin,
+        ReduceOp::Max => R::ncclMax,
+        ReduceOp::Avg => R::ncclAvg,
+    }
+}
+
+fn nccl_err(call: &'static str) -> impl FnOnce(NcclError) -> Error {
+    move |e| Error::Gpu {
+        call,
+        message: format!("{e:?}"),
+    }
+}
+
+fn nccl_stage_err(call: &'static str) -> impl FnOnce(NcclError) -> StageError {
+    move |e| StageError::Comm(nccl_err(call)(e))
+}

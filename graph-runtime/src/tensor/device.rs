@@ -1,0 +1,91 @@
+//! GPU tensors (feature `nccl`): copies between host and device, and views of device
+//! memory for kernels.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaView};
+
+use super::{numel, Storage, Tensor};
+use crate::nccl::{gpu, Device};
+use crate::{Element, Error};
+
+impl<E: Element> Tensor<E> {
+    /// A tensor of `shape` over `data`, GPU memory the caller allocated (on any stream
+    /// of its device); an error if the lengths differ.
+    pub fn from_device(data: CudaSlice<E>, shape: impl AsRef<[usize]>) -> Result<Self, Error> {
+        let shape = shape.as_ref();
+        match numel(shape) {
+            Some(n) if n == data.len() => Ok(Self::view(
+                Arc::new(Storage::Device(data)),
+                0,
+                n,
+                shape.into(),
+            )),
+            expected => Err(Error::ShapeData {
+                shape: shape.to_vec(),
+                expected: expected.unwrap_or(usize::MAX),
+                got: data.len(),
+            }),
+        }
+    }
+
+    /// A copy of this tensor on `device`'s GPU, queued on its stream (from the host, or
+    /// from any GPU). An error if the allocation or the copy fails.
+    pub fn to_device(&self, device: &Device) -> Result<Self, Error> {
+        let stream = device.stream();
+        if self.len == 0 {
+            let empty = stream.null::<E>().map_err(gpu("cuMemAlloc"))?;
+            return Self::from_device(empty, self.shape());
+        }
+        let mut dst = stream
+            .alloc_zeros::<E>(self.len)
+            .map_err(gpu("cuMemAlloc"))?;
+        match (self.host_slice(), self.device_view()) {
+            (Some(src), _) => stream
+                .memcpy_htod(src, &mut dst)
+                .map_err(gpu("cuMemcpyHtoD"))?,
+            // cudarc copies between GPUs (peer to peer) when the view is on another one.
+            (None, Some(src)) => stream
+                .memcpy_dtod(&src, &mut dst)
+                .map_err(gpu("cuMemcpyDtoD"))?,
+            (None, None) => {
+                return Err(Error::Placement(
+                    "a GPU tensor's view lies outside its storage".into(),
+                ))
+            }
+        }
+        Self::from_device(dst, self.shape())
+    }
+
+    /// A host copy of this tensor (a clone sharing the data when it is already on the
+    /// host). Waits for the copy, so for every operation queued before it on the tensor's
+    /// stream.
+    pub fn to_host(&self) -> Result<Self, Error> {
+        let Some(src) = self.device_view() else {
+            return Ok(self.clone());
+        };
+        if self.len == 0 {
+            return Tensor::from_vec(Vec::new(), self.shape());
+        }
+        let stream = self
+            .data
+            .device()
+            .map(|d| Arc::clone(d.stream()))
+            .ok_or_else(|| Error::Placement("tensor storage changed place".into()))?;
+        let host = stream.clone_dtoh(&src).map_err(gpu("cuMemcpyDtoH"))?;
+        stream.synchronize().map_err(gpu("cuStreamSynchronize"))?;
+        Tensor::from_vec(host, self.shape())
+    }
+
+    /// The elements on the GPU, for a kernel or a cudarc copy (`None` on the host).
+    pub fn device_view(&self) -> Option<CudaView<'_, E>> {
+        self.data
+            .device()
+            .and_then(|d| d.try_slice(self.offset..self.offset + self.len))
+    }
+
+    /// The ordinal of the GPU the tensor is on (`None` on the host).
+    pub fn device_ordinal(&self) -> Option<usize> {
+        self.data.device().map(|d| d.ordinal())
+    }
+}
