@@ -62,7 +62,10 @@ impl Communicator for AttachingComm {
     }
     fn attach(&mut self) -> Result<(), Error> {
         if self.fail {
-            return Err(Error::Backend(format!("rank {} has no device", self.rank())));
+            return Err(Error::Backend(format!(
+                "rank {} has no device",
+                self.rank()
+            )));
         }
         let me = (self.rank(), std::thread::current().id());
         self.attached.lock().unwrap().push(me);
@@ -104,7 +107,10 @@ fn every_rank_attaches_on_its_own_thread_before_launch_returns() {
     seen.sort_by_key(|&(rank, _)| rank);
     assert_eq!(seen.iter().map(|&(r, _)| r).collect::<Vec<_>>(), [0, 1, 2]);
     let me = std::thread::current().id();
-    assert!(seen.iter().all(|&(_, t)| t != me), "attached on the caller's thread");
+    assert!(
+        seen.iter().all(|&(_, t)| t != me),
+        "attached on the caller's thread"
+    );
     assert!(seen[0].1 != seen[1].1 && seen[1].1 != seen[2].1);
     assert_eq!(g.execute().unwrap(), vec![(3.0,); 3]);
     assert_eq!(steps.load(SeqCst), 3);
@@ -114,7 +120,9 @@ fn every_rank_attaches_on_its_own_thread_before_launch_returns() {
 fn a_rank_that_cannot_attach_fails_the_launch_with_its_error() {
     let b = backend(Some(1));
     let steps = Arc::clone(&b.steps);
-    let err = Sum::launch((0..3).map(|_| Worker).collect(), b).err().unwrap();
+    let err = Sum::launch((0..3).map(|_| Worker).collect(), b)
+        .err()
+        .unwrap();
     assert!(
         matches!(&err, Error::Backend(m) if m == "rank 1 has no device"),
         "{err}"

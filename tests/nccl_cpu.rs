@@ -32,7 +32,10 @@ fn without_a_driver_the_backend_and_devices_are_clear_errors() {
                 if library.contains("libcuda") && searched.iter().any(|s| s.contains("cuda"))),
             "{err}"
         );
-        assert!(err.to_string().contains("install the NVIDIA driver"), "{err}");
+        assert!(
+            err.to_string().contains("install the NVIDIA driver"),
+            "{err}"
+        );
     }
 }
 

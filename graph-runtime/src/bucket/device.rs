@@ -12,7 +12,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
 
 use super::{stage_error, Bucketable, FusedStage, Region, Regions, SlotIdx};
 use crate::comm::{Collective, Communicator, Header, Status};
-use crate::nccl::{gpu, Device};
+use crate::nccl::{alloc_zeros, gpu, Device};
 use crate::tensor::Storage;
 use crate::{DType, Element, Error};
 
@@ -40,7 +40,7 @@ impl<E: Element> Region<E> {
         if self.len == 0 {
             // Only empty values: their (empty) results still go on the GPU.
             if self.device_values && self.dev.is_none() {
-                let empty = device.stream().null::<E>().map_err(gpu("cuMemAlloc"))?;
+                let empty = alloc_zeros::<E>(device.stream(), 0)?;
                 self.dev = Some(Arc::new(Storage::Device(empty)));
             }
             return Ok(());
@@ -52,10 +52,7 @@ impl<E: Element> Region<E> {
         if self.dev_mut().is_some_and(|d| d.len() >= len) {
             return Ok(());
         }
-        let buf = device
-            .stream()
-            .alloc_zeros::<E>(len)
-            .map_err(gpu("cuMemAlloc"))?;
+        let buf = alloc_zeros::<E>(device.stream(), len)?;
         self.dev = Some(Arc::new(Storage::Device(buf)));
         Ok(())
     }

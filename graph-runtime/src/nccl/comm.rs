@@ -535,7 +535,19 @@ impl Communicator for NcclComm {
             mine: Vec::new(),
             scratch: Vec::new(),
         });
-        Ok(())
+        // One empty agreement while every rank is here: NCCL connects peers on a
+        // communicator's first collective and blocks there until they come, where an abort
+        // could not reach it. Afterwards each stage's agreement waits in `wait`, which can.
+        let empty = Header {
+            status: crate::comm::Status::Ok,
+            slots: &[],
+            data: &[],
+        };
+        self.agree(&empty, Collective::AllReduce(ReduceOp::Sum))
+            .map_err(|e| match e {
+                StageError::Comm(e) => e,
+                other => Error::Backend(format!("NCCL warm-up failed: {other:?}")),
+            })
     }
 
     fn nccl(&mut self) -> Option<&mut NcclComm> {

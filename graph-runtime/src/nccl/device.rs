@@ -80,6 +80,17 @@ pub fn current_device() -> Result<Device, Error> {
     })
 }
 
+/// `len` zeroed elements on `stream`'s GPU; at least one, since CUDA refuses to allocate
+/// zero bytes (an empty tensor views none of them).
+pub(crate) fn alloc_zeros<E: crate::Element>(
+    stream: &Arc<CudaStream>,
+    len: usize,
+) -> Result<cudarc::driver::CudaSlice<E>, Error> {
+    stream
+        .alloc_zeros::<E>(len.max(1))
+        .map_err(gpu("cuMemAlloc"))
+}
+
 /// Maps a CUDA driver error to [`Error::Gpu`] naming the call.
 pub(crate) fn gpu(call: &'static str) -> impl FnOnce(DriverError) -> Error {
     move |e| Error::Gpu {

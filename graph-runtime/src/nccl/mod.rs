@@ -13,8 +13,8 @@ mod device;
 mod probe;
 
 pub use comm::{Nccl, NcclComm};
+pub(crate) use device::{alloc_zeros, gpu, set_current};
 pub use device::{current_device, Device};
-pub(crate) use device::{gpu, set_current};
 pub use probe::{device_count, nccl_version};
 pub(crate) use probe::{require_cuda, require_nccl};
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaView};
 
 use super::{numel, Storage, Tensor};
-use crate::nccl::{gpu, Device};
+use crate::nccl::{alloc_zeros, gpu, Device};
 use crate::{Element, Error};
 
 impl<E: Element> Tensor<E> {
@@ -33,28 +33,33 @@ impl<E: Element> Tensor<E> {
     /// from any GPU). An error if the allocation or the copy fails.
     pub fn to_device(&self, device: &Device) -> Result<Self, Error> {
         let stream = device.stream();
-        if self.len == 0 {
-            let empty = stream.null::<E>().map_err(gpu("cuMemAlloc"))?;
-            return Self::from_device(empty, self.shape());
-        }
-        let mut dst = stream
-            .alloc_zeros::<E>(self.len)
-            .map_err(gpu("cuMemAlloc"))?;
-        match (self.host_slice(), self.device_view()) {
-            (Some(src), _) => stream
-                .memcpy_htod(src, &mut dst)
-                .map_err(gpu("cuMemcpyHtoD"))?,
-            // cudarc copies between GPUs (peer to peer) when the view is on another one.
-            (None, Some(src)) => stream
-                .memcpy_dtod(&src, &mut dst)
-                .map_err(gpu("cuMemcpyDtoD"))?,
-            (None, None) => {
-                return Err(Error::Placement(
-                    "a GPU tensor's view lies outside its storage".into(),
-                ))
+        let mut buf = alloc_zeros::<E>(stream, self.len)?;
+        if self.len > 0 {
+            let mut dst = buf
+                .try_slice_mut(..self.len)
+                .ok_or_else(|| Error::Placement("a GPU allocation is shorter than asked".into()))?;
+            match (self.host_slice(), self.device_view()) {
+                (Some(src), _) => stream
+                    .memcpy_htod(src, &mut dst)
+                    .map_err(gpu("cuMemcpyHtoD"))?,
+                // cudarc copies between GPUs (peer to peer) when the view is on another one.
+                (None, Some(src)) => stream
+                    .memcpy_dtod(&src, &mut dst)
+                    .map_err(gpu("cuMemcpyDtoD"))?,
+                (None, None) => {
+                    return Err(Error::Placement(
+                        "a GPU tensor's view lies outside its storage".into(),
+                    ))
+                }
             }
         }
-        Self::from_device(dst, self.shape())
+        // `buf` may hold one element more than the tensor: CUDA cannot allocate zero.
+        Ok(Self::view(
+            Arc::new(Storage::Device(buf)),
+            0,
+            self.len,
+            Arc::clone(self.shape_arc()),
+        ))
     }
 
     /// A host copy of this tensor (a clone sharing the data when it is already on the

@@ -1,0 +1,1020 @@
+//! The NCCL backend on real GPUs: device tensors through every collective, host values
+//! staged through the GPU, buffer reuse, the failure model, and the backend's own errors.
+//!
+//! Every test that needs a GPU asks [`gpus`] first and returns early, with a message, on a
+//! machine without one (or without the CUDA driver), so the file passes anywhere it builds.
+//! Set `ACTORGRAPH_REQUIRE_GPU=1` (as `scripts/gpu-check.sh` does) to make a missing GPU
+//! a failure instead.
+//!
+//! Most tests run over `min(GPUs, 2)` ranks: one rank on a one-GPU machine (NCCL refuses
+//! one GPU twice in a communicator), where every reduction of a single value is that
+//! value, and two ranks where there are two GPUs. Values are small integers, so every
+//! expected result is exact, whatever order NCCL reduces in; they are computed on the host
+//! by `actorgraph::comm::reduce_reference`.
+#![cfg(feature = "nccl")]
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use actorgraph::comm::reduce_reference;
+use actorgraph::half::{bf16, f16};
+use actorgraph::nccl::cudarc::driver::DevicePtr;
+use actorgraph::nccl::{self, current_device, Device, Nccl};
+use actorgraph::prelude::*;
+use actorgraph::{BoxError, DType, Element};
+
+/// The number of GPUs, or `None` (after saying why) when this machine has none.
+///
+/// With `ACTORGRAPH_REQUIRE_GPU` set (not empty, not `0`), a missing GPU fails the test
+/// instead: a GPU check that skips everything must not look like a pass.
+fn gpus() -> Option<usize> {
+    let reason = match nccl::device_count() {
+        Ok(0) => "the CUDA driver sees no GPU".to_string(),
+        Ok(n) => return Some(n),
+        // The full message lists every file name tried; the library says enough here.
+        Err(Error::LibraryMissing { library, .. }) => format!("{library} could not be loaded"),
+        Err(e) => e.to_string(),
+    };
+    let required = std::env::var("ACTORGRAPH_REQUIRE_GPU").is_ok_and(|v| !v.is_empty() && v != "0");
+    assert!(!required, "ACTORGRAPH_REQUIRE_GPU is set, but: {reason}");
+    eprintln!("skipped: no GPU ({reason})");
+    None
+}
+
+/// GPU tests take turns: NCCL kernels of different communicators on one GPU can wait on
+/// each other (with several ranks, even deadlock), and one test at a time also makes a
+/// hang name its test.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The ranks the multi-rank tests use: one per GPU, at most two.
+fn ranks(gpus: usize) -> usize {
+    gpus.min(2)
+}
+
+/// An element type built from a small integer (exact in every type; negative values wrap
+/// in the unsigned ones).
+trait Val: Element {
+    fn of(v: i64) -> Self;
+}
+
+macro_rules! val_as {
+    ($($t:ty),*) => {
+        $(impl Val for $t {
+            fn of(v: i64) -> Self {
+                v as $t
+            }
+        })*
+    };
+}
+val_as!(f32, f64, i8, u8, i32, u32, i64, u64);
+
+impl Val for f16 {
+    fn of(v: i64) -> Self {
+        f16::from_f32(v as f32)
+    }
+}
+
+impl Val for bf16 {
+    fn of(v: i64) -> Self {
+        bf16::from_f32(v as f32)
+    }
+}
+
+/// `len` values of rank `rank`, in `[-4, 4 + rank]`: products of two stay exact in `bf16`.
+fn values<E: Val>(seed: i64, rank: usize, len: usize) -> Vec<E> {
+    (0..len as i64)
+        .map(|i| E::of((i * 5 + seed).rem_euclid(9) - 4 + rank as i64))
+        .collect()
+}
+
+fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// A copy of [`values`] on `device`.
+fn on_gpu<E: Val>(
+    device: &Device,
+    seed: i64,
+    rank: usize,
+    shape: &[usize],
+) -> Result<Tensor<E>, Error> {
+    Tensor::from_vec(values(seed, rank, numel(shape)), shape)?.to_device(device)
+}
+
+/// A host copy of a tensor's elements.
+fn host<E: Element>(t: &Tensor<E>) -> Vec<E> {
+    t.to_host().expect("copy to the host").to_vec()
+}
+
+/// The device address of a GPU tensor's first element.
+fn device_ptr<E: Element>(t: &Tensor<E>, device: &Device) -> u64 {
+    let view = t.device_view().expect("a GPU tensor");
+    let (ptr, _sync) = view.device_ptr(device.stream());
+    ptr
+}
+
+// ---------------------------------------------------------------------------------------
+// (a) GPU tensors of several dtypes and lengths through one allreduce.
+
+struct Maker {
+    calls: i64,
+}
+
+#[actor]
+impl Maker {
+    /// Two f32 values (one made with `Tensor::from_device`), two f16, a bf16, an i64 and a
+    /// u8, all on this actor's GPU; different every call.
+    #[allow(clippy::type_complexity)]
+    fn mixed(
+        &mut self,
+    ) -> Result<
+        (
+            Tensor<f32>,
+            Tensor<f32>,
+            Tensor<f16>,
+            Tensor<f16>,
+            Tensor<bf16>,
+            Tensor<i64>,
+            Tensor<u8>,
+        ),
+        BoxError,
+    > {
+        self.calls += 1;
+        let dev = current_device()?;
+        let s = self.calls;
+        let big = dev.stream().clone_htod(&values::<f32>(s, 0, 1000))?;
+        Ok((
+            Tensor::from_device(big, [1000])?,
+            on_gpu(&dev, s + 1, 0, &[3, 5])?,
+            on_gpu(&dev, s + 2, 0, &[7])?,
+            on_gpu(&dev, s + 3, 0, &[1])?,
+            on_gpu(&dev, s + 4, 0, &[5])?,
+            on_gpu(&dev, s + 5, 0, &[2, 2])?,
+            on_gpu(&dev, s + 6, 0, &[2, 3])?,
+        ))
+    }
+
+    /// An empty f32 and an empty i32 (a dtype with nothing else in the bucket) beside a
+    /// non-empty f32, all on the GPU.
+    #[allow(clippy::type_complexity)]
+    fn with_empties(&mut self) -> Result<(Tensor<f32>, Tensor<f32>, Tensor<i32>), BoxError> {
+        let dev = current_device()?;
+        Ok((
+            Tensor::<f32>::zeros([0]).to_device(&dev)?,
+            on_gpu(&dev, 1, 0, &[4])?,
+            Tensor::<i32>::zeros([0, 3]).to_device(&dev)?,
+        ))
+    }
+}
+
+graph! {
+    MixedSum(ws: [Maker]) {
+        let (a, b, c, d, e, f, g) = ws.mixed();
+        allreduce([a, b, c, d, e, f, g], Sum)
+    }
+
+    Empties(ws: [Maker]) {
+        let (e, x, z) = ws.with_empties();
+        let (re, rx, rz) = allreduce([e, x, z]);
+        let (ge, gx, gz) = allgather([e, x, z]);
+        (re, rx, rz, ge, gx, gz)
+    }
+}
+
+#[test]
+fn one_rank_allreduce_of_gpu_tensors_gives_gpu_views_equal_to_the_input() {
+    let Some(_) = gpus() else { return };
+    let _serial = serial();
+    let mut g = MixedSum::launch(vec![Maker { calls: 0 }], Nccl::new([0]).unwrap()).unwrap();
+    // Several executions: each must see its own values, not a stale buffer.
+    for s in 1..=3 {
+        let mut out = g.execute().unwrap();
+        assert_eq!(out.len(), 1);
+        let (a, b, c, d, e, f, u) = out.remove(0);
+        assert_eq!(a.device_ordinal(), Some(0));
+        assert_eq!(b.device_ordinal(), Some(0));
+        assert_eq!(c.device_ordinal(), Some(0));
+        assert_eq!(d.device_ordinal(), Some(0));
+        assert_eq!(e.device_ordinal(), Some(0));
+        assert_eq!(f.device_ordinal(), Some(0));
+        assert_eq!(u.device_ordinal(), Some(0));
+        assert!(!a.is_host() && a.host_slice().is_none());
+
+        // One flat device buffer per dtype: values of one dtype view the same storage.
+        assert!(
+            a.shares_storage(&b),
+            "the two f32 results share the stage's buffer"
+        );
+        assert!(
+            c.shares_storage(&d),
+            "the two f16 results share the stage's buffer"
+        );
+
+        assert_eq!(a.shape(), &[1000]);
+        assert_eq!(b.shape(), &[3, 5]);
+        assert_eq!(c.shape(), &[7]);
+        assert_eq!(d.shape(), &[1]);
+        assert_eq!(e.shape(), &[5]);
+        assert_eq!(f.shape(), &[2, 2]);
+        assert_eq!(u.shape(), &[2, 3]);
+
+        // One rank: the sum of one value is that value.
+        assert_eq!(host(&a), values::<f32>(s, 0, 1000), "execution {s}");
+        assert_eq!(host(&b), values::<f32>(s + 1, 0, 15));
+        assert_eq!(host(&c), values::<f16>(s + 2, 0, 7));
+        assert_eq!(host(&d), values::<f16>(s + 3, 0, 1));
+        assert_eq!(host(&e), values::<bf16>(s + 4, 0, 5));
+        assert_eq!(host(&f), values::<i64>(s + 5, 0, 4));
+        assert_eq!(host(&u), values::<u8>(s + 6, 0, 6));
+        // A host copy is a host tensor.
+        assert!(a.to_host().unwrap().is_host());
+    }
+    let back = g.teardown().unwrap();
+    assert_eq!(back[0].calls, 3);
+}
+
+#[test]
+fn empty_gpu_tensors_go_through_allreduce_and_allgather() {
+    let Some(_) = gpus() else { return };
+    let _serial = serial();
+    let mut g = Empties::launch(vec![Maker { calls: 0 }], Nccl::new([0]).unwrap()).unwrap();
+    for _ in 0..2 {
+        let (re, rx, rz, ge, gx, gz) = g.execute().unwrap().remove(0);
+        for (t, shape) in [(&re, &[0][..]), (&ge, &[0][..])] {
+            assert_eq!(t.shape(), shape);
+            assert!(t.is_empty());
+            assert_eq!(host(t), Vec::<f32>::new());
+        }
+        // An empty value of a dtype that has other values is a view of that buffer.
+        assert!(re.shares_storage(&rx));
+        assert_eq!(rx.device_ordinal(), Some(0));
+        assert_eq!(host(&rx), values::<f32>(1, 0, 4));
+        assert_eq!(host(&gx), values::<f32>(1, 0, 4));
+        for t in [&rz, &gz] {
+            assert_eq!(t.shape(), &[0, 3]);
+            assert!(t.is_empty());
+            assert_eq!(host(t), Vec::<i32>::new());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// (b) Every collective, every op, every dtype, with exact expected values.
+
+/// One GPU tensor of every dtype.
+type Bucket = (
+    Tensor<f32>,
+    Tensor<f64>,
+    Tensor<f16>,
+    Tensor<bf16>,
+    Tensor<i8>,
+    Tensor<u8>,
+    Tensor<i32>,
+    Tensor<u32>,
+    Tensor<i64>,
+    Tensor<u64>,
+);
+
+/// The shape of each slot of a [`Bucket`]: first dimensions even, so `reducescatter`
+/// divides over one or two ranks.
+const SHAPES: [&[usize]; 10] = [
+    &[4, 3],
+    &[2],
+    &[6],
+    &[4],
+    &[2, 2],
+    &[8],
+    &[6],
+    &[2],
+    &[4],
+    &[2],
+];
+
+struct Node {
+    rank: usize,
+}
+
+fn nodes(n: usize) -> Vec<Node> {
+    (0..n).map(|rank| Node { rank }).collect()
+}
+
+#[actor]
+impl Node {
+    /// Slot `k` holds `values(k, rank, ..)` of shape `SHAPES[k]`, on this actor's GPU.
+    fn bucket(&mut self) -> Result<Bucket, BoxError> {
+        let d = current_device()?;
+        let r = self.rank;
+        Ok((
+            on_gpu(&d, 0, r, SHAPES[0])?,
+            on_gpu(&d, 1, r, SHAPES[1])?,
+            on_gpu(&d, 2, r, SHAPES[2])?,
+            on_gpu(&d, 3, r, SHAPES[3])?,
+            on_gpu(&d, 4, r, SHAPES[4])?,
+            on_gpu(&d, 5, r, SHAPES[5])?,
+            on_gpu(&d, 6, r, SHAPES[6])?,
+            on_gpu(&d, 7, r, SHAPES[7])?,
+            on_gpu(&d, 8, r, SHAPES[8])?,
+            on_gpu(&d, 9, r, SHAPES[9])?,
+        ))
+    }
+}
+
+graph! {
+    AllReduceOps(ns: [Node]) {
+        let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
+        let sum = allreduce([a, b, c, d, e, f, g, h, i, j], Sum);
+        let prod = allreduce([a, b, c, d, e, f, g, h, i, j], Prod);
+        let lo = allreduce([a, b, c, d, e, f, g, h, i, j], Min);
+        let hi = allreduce([a, b, c, d, e, f, g, h, i, j], Max);
+        let avg = allreduce([a, b, c, d, e, f, g, h, i, j], Avg);
+        (sum, prod, lo, hi, avg)
+    }
+
+    ReduceScatterOps(ns: [Node]) {
+        let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
+        let sum = reducescatter([a, b, c, d, e, f, g, h, i, j], Sum);
+        let prod = reducescatter([a, b, c, d, e, f, g, h, i, j], Prod);
+        let lo = reducescatter([a, b, c, d, e, f, g, h, i, j], Min);
+        let hi = reducescatter([a, b, c, d, e, f, g, h, i, j], Max);
+        let avg = reducescatter([a, b, c, d, e, f, g, h, i, j], Avg);
+        (sum, prod, lo, hi, avg)
+    }
+
+    ReduceOps(ns: [Node]) {
+        let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
+        let sum = reduce([a, b, c, d, e, f, g, h, i, j], Sum, 0);
+        let prod = reduce([a, b, c, d, e, f, g, h, i, j], Prod, 0);
+        let lo = reduce([a, b, c, d, e, f, g, h, i, j], Min, 0);
+        let hi = reduce([a, b, c, d, e, f, g, h, i, j], Max, 0);
+        let avg = reduce([a, b, c, d, e, f, g, h, i, j], Avg, 0);
+        (sum, prod, lo, hi, avg)
+    }
+
+    GatherBroadcast(ns: [Node]) {
+        let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
+        let gathered = allgather([a, b, c, d, e, f, g, h, i, j]);
+        let sent = broadcast([a, b, c, d, e, f, g, h, i, j], 0);
+        (gathered, sent)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Coll {
+    AllReduce(ReduceOp),
+    ReduceScatter(ReduceOp),
+    /// Root 0.
+    Reduce(ReduceOp),
+    AllGather,
+    /// Root 0.
+    Broadcast,
+}
+
+const OPS: [ReduceOp; 5] = [
+    ReduceOp::Sum,
+    ReduceOp::Prod,
+    ReduceOp::Min,
+    ReduceOp::Max,
+    ReduceOp::Avg,
+];
+
+/// What rank `rank` of `ranks` gets for slot `slot` (`None`: a reduce off the root), and
+/// its shape.
+fn expected<E: Val>(
+    coll: Coll,
+    slot: usize,
+    rank: usize,
+    ranks: usize,
+) -> Option<(Vec<E>, Vec<usize>)> {
+    let shape = SHAPES[slot];
+    let len = numel(shape);
+    let inputs: Vec<Vec<E>> = (0..ranks).map(|r| values(slot as i64, r, len)).collect();
+    let srcs: Vec<&[E]> = inputs.iter().map(Vec::as_slice).collect();
+    let mut out_shape = shape.to_vec();
+    let data = match coll {
+        Coll::AllReduce(op) => reduce_reference(&srcs, op),
+        Coll::Reduce(op) if rank == 0 => reduce_reference(&srcs, op),
+        Coll::Reduce(_) => return None,
+        Coll::ReduceScatter(op) => {
+            let all = reduce_reference(&srcs, op);
+            let chunk = len / ranks;
+            out_shape[0] /= ranks;
+            all[rank * chunk..(rank + 1) * chunk].to_vec()
+        }
+        Coll::AllGather => {
+            out_shape[0] *= ranks;
+            inputs.concat()
+        }
+        Coll::Broadcast => inputs[0].clone(),
+    };
+    Some((data, out_shape))
+}
+
+fn check<E: Val>(got: &Tensor<E>, coll: Coll, slot: usize, rank: usize, ranks: usize) {
+    let what = format!(
+        "{coll:?} of {} (slot {slot}) on rank {rank} of {ranks}",
+        E::DTYPE
+    );
+    let (want, shape) = expected::<E>(coll, slot, rank, ranks).expect("a result on this rank");
+    assert_eq!(
+        got.device_ordinal(),
+        Some(rank),
+        "{what}: on the rank's GPU"
+    );
+    assert_eq!(got.shape(), &shape[..], "{what}: shape");
+    assert_eq!(host(got), want, "{what}: values");
+}
+
+fn check_opt<E: Val>(got: &Option<Tensor<E>>, coll: Coll, slot: usize, rank: usize, ranks: usize) {
+    match got {
+        Some(t) => check(t, coll, slot, rank, ranks),
+        None => assert!(
+            expected::<E>(coll, slot, rank, ranks).is_none(),
+            "{coll:?} of {} (slot {slot}): no result on rank {rank}",
+            E::DTYPE
+        ),
+    }
+}
+
+/// Checks the ten results of one stage (`$check` is `check` or `check_opt`).
+macro_rules! check_bucket {
+    ($check:ident, $out:expr, $coll:expr, $rank:expr, $ranks:expr) => {{
+        let (o, c, r, n) = (&$out, $coll, $rank, $ranks);
+        $check::<f32>(&o.0, c, 0, r, n);
+        $check::<f64>(&o.1, c, 1, r, n);
+        $check::<f16>(&o.2, c, 2, r, n);
+        $check::<bf16>(&o.3, c, 3, r, n);
+        $check::<i8>(&o.4, c, 4, r, n);
+        $check::<u8>(&o.5, c, 5, r, n);
+        $check::<i32>(&o.6, c, 6, r, n);
+        $check::<u32>(&o.7, c, 7, r, n);
+        $check::<i64>(&o.8, c, 8, r, n);
+        $check::<u64>(&o.9, c, 9, r, n);
+    }};
+}
+
+#[test]
+fn every_collective_every_op_every_dtype_on_the_gpu() {
+    let Some(n) = gpus() else { return };
+    let _serial = serial();
+    let n = ranks(n);
+    let backend = || Nccl::new(0..n).unwrap();
+
+    let mut g = AllReduceOps::launch(nodes(n), backend()).unwrap();
+    let out = g.execute().unwrap();
+    assert_eq!(out.len(), n);
+    for (rank, (sum, prod, lo, hi, avg)) in out.iter().enumerate() {
+        for (res, op) in [sum, prod, lo, hi, avg].into_iter().zip(OPS) {
+            check_bucket!(check, *res, Coll::AllReduce(op), rank, n);
+        }
+    }
+    g.teardown().unwrap();
+
+    let mut g = ReduceScatterOps::launch(nodes(n), backend()).unwrap();
+    let out = g.execute().unwrap();
+    for (rank, (sum, prod, lo, hi, avg)) in out.iter().enumerate() {
+        for (res, op) in [sum, prod, lo, hi, avg].into_iter().zip(OPS) {
+            check_bucket!(check, *res, Coll::ReduceScatter(op), rank, n);
+        }
+    }
+    g.teardown().unwrap();
+
+    let mut g = ReduceOps::launch(nodes(n), backend()).unwrap();
+    let out = g.execute().unwrap();
+    assert!(out[0].0 .0.is_some(), "the root gets the reduction");
+    for (rank, (sum, prod, lo, hi, avg)) in out.iter().enumerate() {
+        for (res, op) in [sum, prod, lo, hi, avg].into_iter().zip(OPS) {
+            check_bucket!(check_opt, *res, Coll::Reduce(op), rank, n);
+        }
+    }
+    g.teardown().unwrap();
+
+    let mut g = GatherBroadcast::launch(nodes(n), backend()).unwrap();
+    let out = g.execute().unwrap();
+    for (rank, (gathered, sent)) in out.iter().enumerate() {
+        check_bucket!(check, *gathered, Coll::AllGather, rank, n);
+        check_bucket!(check, *sent, Coll::Broadcast, rank, n);
+    }
+    g.teardown().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// (c) Host values through the GPU, (d) a bucket mixing GPU and host values.
+
+struct HostVals {
+    rank: usize,
+}
+
+fn host_vals(n: usize) -> Vec<HostVals> {
+    (0..n).map(|rank| HostVals { rank }).collect()
+}
+
+const TABLE: [usize; 2] = [2, 3];
+
+#[actor]
+impl HostVals {
+    /// `rank + 0.5`: averages exactly over one or two ranks.
+    fn loss(&mut self) -> f32 {
+        self.rank as f32 + 0.5
+    }
+    fn counts(&mut self) -> Vec<i32> {
+        values(7, self.rank, 4)
+    }
+    fn table(&mut self) -> Tensor<f64> {
+        Tensor::from_vec(values(8, self.rank, numel(&TABLE)), TABLE).unwrap()
+    }
+    /// A GPU f32 `[4, 2]`, a host loss, a host `Vec<u8>`, a GPU bf16 `[2]` and a host f32
+    /// tensor `[6]` (the same dtype as the first value: one region, mixed places).
+    #[allow(clippy::type_complexity)]
+    fn mixed(
+        &mut self,
+    ) -> Result<(Tensor<f32>, f32, Vec<u8>, Tensor<bf16>, Tensor<f32>), BoxError> {
+        let d = current_device()?;
+        let r = self.rank;
+        Ok((
+            on_gpu(&d, 20, r, &[4, 2])?,
+            r as f32 + 0.5,
+            values(21, r, 2),
+            on_gpu(&d, 22, r, &[2])?,
+            Tensor::from_vec(values(23, r, 6), [6])?,
+        ))
+    }
+}
+
+graph! {
+    HostOnly(ns: [HostVals]) {
+        let l = ns.loss();
+        let v = ns.counts();
+        let t = ns.table();
+        let ar = allreduce([l, v, t], Avg);
+        let ag = allgather([l, v, t]);
+        let rs = reducescatter([v, t], Max);
+        let bc = broadcast([l, v, t], 0);
+        let rd = reduce([l, v, t], Min, 0);
+        (ar, ag, rs, bc, rd)
+    }
+
+    MixedPlaces(ns: [HostVals]) {
+        let (g, l, v, b, h) = ns.mixed();
+        let ar = allreduce([g, l, v, b, h], Sum);
+        let ag = allgather([g, l, v, b, h]);
+        (ar, ag)
+    }
+}
+
+/// Every rank's `values(seed, r, len)`, and their reduction.
+fn all_ranks<E: Val>(seed: i64, len: usize, n: usize) -> Vec<Vec<E>> {
+    (0..n).map(|r| values(seed, r, len)).collect()
+}
+
+/// Rank `rank`'s share of `all` over `n` ranks.
+fn chunk<E: Val>(all: &[E], rank: usize, n: usize) -> Vec<E> {
+    let len = all.len() / n;
+    all[rank * len..(rank + 1) * len].to_vec()
+}
+
+fn reduced<E: Val>(inputs: &[Vec<E>], op: ReduceOp) -> Vec<E> {
+    let srcs: Vec<&[E]> = inputs.iter().map(Vec::as_slice).collect();
+    reduce_reference(&srcs, op)
+}
+
+#[test]
+fn host_values_on_the_nccl_backend_give_host_results() {
+    let Some(n) = gpus() else { return };
+    let _serial = serial();
+    let n = ranks(n);
+    let mut g = HostOnly::launch(host_vals(n), Nccl::new(0..n).unwrap()).unwrap();
+    let losses: Vec<f32> = (0..n).map(|r| r as f32 + 0.5).collect();
+    let counts = all_ranks::<i32>(7, 4, n);
+    let tables = all_ranks::<f64>(8, 6, n);
+    // Twice: the second execution reuses the staging buffers.
+    for _ in 0..2 {
+        let out = g.execute().unwrap();
+        assert_eq!(out.len(), n);
+        for (rank, (ar, ag, rs, bc, rd)) in out.into_iter().enumerate() {
+            let (l, v, t) = ar;
+            assert_eq!(l, losses.iter().sum::<f32>() / n as f32);
+            assert_eq!(v, reduced(&counts, ReduceOp::Avg));
+            assert!(t.is_host(), "a host tensor's result is on the host");
+            assert_eq!(t.shape(), &TABLE);
+            assert_eq!(t.to_vec(), reduced(&tables, ReduceOp::Avg));
+
+            let (l, v, t) = ag;
+            assert_eq!(l, losses);
+            assert_eq!(v, counts.concat());
+            assert!(t.is_host());
+            assert_eq!(t.shape(), &[2 * n, 3]);
+            assert_eq!(t.to_vec(), tables.concat());
+
+            let (v, t) = rs;
+            assert_eq!(v, chunk(&reduced(&counts, ReduceOp::Max), rank, n));
+            assert!(t.is_host());
+            assert_eq!(t.shape(), &[2 / n, 3]);
+            assert_eq!(t.to_vec(), chunk(&reduced(&tables, ReduceOp::Max), rank, n));
+
+            let (l, v, t) = bc;
+            assert_eq!(l, losses[0]);
+            assert_eq!(v, counts[0]);
+            assert!(t.is_host());
+            assert_eq!(t.to_vec(), tables[0]);
+
+            let (l, v, t) = rd;
+            if rank == 0 {
+                assert_eq!(l, Some(0.5));
+                assert_eq!(v, Some(reduced(&counts, ReduceOp::Min)));
+                let t = t.expect("the root gets the reduction");
+                assert!(t.is_host());
+                assert_eq!(t.to_vec(), reduced(&tables, ReduceOp::Min));
+            } else {
+                assert_eq!((l, v, t.is_none()), (None, None, true));
+            }
+        }
+    }
+    g.teardown().unwrap();
+}
+
+#[test]
+fn a_bucket_mixing_gpu_and_host_values_keeps_each_in_its_place() {
+    let Some(n) = gpus() else { return };
+    let _serial = serial();
+    let n = ranks(n);
+    let mut g = MixedPlaces::launch(host_vals(n), Nccl::new(0..n).unwrap()).unwrap();
+    let gs = all_ranks::<f32>(20, 8, n);
+    let vs = all_ranks::<u8>(21, 2, n);
+    let bs = all_ranks::<bf16>(22, 2, n);
+    let hs = all_ranks::<f32>(23, 6, n);
+    let loss_sum: f32 = (0..n).map(|r| r as f32 + 0.5).sum();
+    for _ in 0..2 {
+        let out = g.execute().unwrap();
+        for (rank, (ar, ag)) in out.into_iter().enumerate() {
+            let (gr, l, v, b, h) = ar;
+            assert_eq!(gr.device_ordinal(), Some(rank));
+            assert_eq!(b.device_ordinal(), Some(rank));
+            assert!(h.is_host(), "a host tensor's result stays on the host");
+            assert!(!gr.shares_storage(&h), "the host result is a host copy");
+            assert_eq!(gr.shape(), &[4, 2]);
+            assert_eq!(host(&gr), reduced(&gs, ReduceOp::Sum));
+            assert_eq!(l, loss_sum);
+            assert_eq!(v, reduced(&vs, ReduceOp::Sum));
+            assert_eq!(host(&b), reduced(&bs, ReduceOp::Sum));
+            assert_eq!(h.to_vec(), reduced(&hs, ReduceOp::Sum));
+
+            let (gr, l, v, b, h) = ag;
+            assert_eq!(gr.device_ordinal(), Some(rank));
+            assert_eq!(b.device_ordinal(), Some(rank));
+            assert!(h.is_host());
+            assert_eq!(gr.shape(), &[4 * n, 2]);
+            assert_eq!(host(&gr), gs.concat());
+            assert_eq!(l, (0..n).map(|r| r as f32 + 0.5).collect::<Vec<_>>());
+            assert_eq!(v, vs.concat());
+            assert_eq!(host(&b), bs.concat());
+            assert_eq!(h.shape(), &[6 * n]);
+            assert_eq!(h.to_vec(), hs.concat());
+        }
+    }
+    g.teardown().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// (e) The flat device buffer is reused, unless a result still views it.
+
+struct Counter {
+    calls: u32,
+}
+
+#[actor]
+impl Counter {
+    /// `[calls; 1024]` on the GPU.
+    fn grad(&mut self) -> Result<Tensor<f32>, BoxError> {
+        self.calls += 1;
+        Ok(Tensor::full([1024], self.calls as f32).to_device(&current_device()?)?)
+    }
+}
+
+graph! {
+    Reuse(ns: [Counter]) {
+        let g = ns.grad();
+        allreduce(g)
+    }
+}
+
+#[test]
+fn the_device_buffer_is_reused_only_when_no_result_views_it() {
+    let Some(_) = gpus() else { return };
+    let _serial = serial();
+    let device = Device::new(0).unwrap();
+    let mut g = Reuse::launch(vec![Counter { calls: 0 }], Nccl::new([0]).unwrap()).unwrap();
+
+    let first = g.execute().unwrap().remove(0);
+    assert_eq!(host(&first), vec![1.0; 1024]);
+    let p1 = device_ptr(&first, &device);
+    drop(first);
+
+    // Nothing views the buffer any more: the next execution writes into it again.
+    let second = g.execute().unwrap().remove(0);
+    assert_eq!(
+        device_ptr(&second, &device),
+        p1,
+        "an unviewed buffer is reused"
+    );
+    assert_eq!(host(&second), vec![2.0; 1024]);
+
+    // `second` is held: the next execution must not write into it.
+    let third = g.execute().unwrap().remove(0);
+    let p3 = device_ptr(&third, &device);
+    assert_ne!(p3, p1, "a buffer a result still views is not reused");
+    assert!(!third.shares_storage(&second));
+    assert_eq!(host(&third), vec![3.0; 1024]);
+    assert_eq!(
+        host(&second),
+        vec![2.0; 1024],
+        "a held result survives the next execution"
+    );
+
+    // Once both are dropped, the stage goes on with the buffer it holds (the third's).
+    drop((second, third));
+    let fourth = g.execute().unwrap().remove(0);
+    assert_eq!(device_ptr(&fourth, &device), p3);
+    assert_eq!(host(&fourth), vec![4.0; 1024]);
+    drop(fourth);
+    g.teardown().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// (f) Failures on the GPU, and placement errors.
+
+struct Flaky {
+    rank: usize,
+}
+
+#[actor]
+impl Flaky {
+    fn grad(&mut self, fail: &bool) -> Result<Tensor<f32>, String> {
+        let dev = current_device().map_err(|e| e.to_string())?;
+        if *fail {
+            return Err(format!("rank {} was asked to fail", self.rank));
+        }
+        Tensor::full([16], 1.0 + self.rank as f32)
+            .to_device(&dev)
+            .map_err(|e| e.to_string())
+    }
+    fn loss(&mut self) -> f32 {
+        2.0
+    }
+    /// Which thread this method sees as its GPU.
+    fn where_am_i(&mut self) -> Result<usize, Error> {
+        current_device().map(|d| d.ordinal())
+    }
+    /// A GPU tensor made without `current_device` (for a host-backend graph).
+    fn on_gpu0(&mut self, gpu: &bool) -> Result<Tensor<f32>, BoxError> {
+        let t = Tensor::full([4], 1.0);
+        Ok(if *gpu {
+            t.to_device(&Device::new(0)?)?
+        } else {
+            t
+        })
+    }
+}
+
+graph! {
+    FailOnce(ns: [Flaky], fail: bool) {
+        let g = ns.grad(fail);
+        let l = ns.loss();
+        allreduce([g, l])
+    }
+
+    WhereAmI(ns: [Flaky]) {
+        ns.where_am_i()
+    }
+
+    OnHost(ns: [Flaky], gpu: bool) {
+        let t = ns.on_gpu0(gpu);
+        allreduce(t)
+    }
+}
+
+#[test]
+fn a_failing_method_on_the_gpu_is_reported_and_the_next_execute_works() {
+    let Some(_) = gpus() else { return };
+    let _serial = serial();
+    let mut g = FailOnce::launch(vec![Flaky { rank: 0 }], Nccl::new([0]).unwrap()).unwrap();
+    let (t, l) = g.execute(false).unwrap().remove(0);
+    assert_eq!((host(&t), l), (vec![1.0; 16], 2.0));
+    for _ in 0..2 {
+        match g.execute(true) {
+            Err(Error::Method {
+                group,
+                rank,
+                method,
+                source,
+            }) => {
+                assert_eq!((group, rank, method), ("ns", 0, "grad"));
+                assert_eq!(source.to_string(), "rank 0 was asked to fail");
+            }
+            other => panic!("expected Error::Method, got {other:?}"),
+        }
+        let (t, l) = g.execute(false).unwrap().remove(0);
+        assert_eq!(t.device_ordinal(), Some(0));
+        assert_eq!((host(&t), l), (vec![1.0; 16], 2.0));
+    }
+    g.teardown().unwrap();
+}
+
+#[test]
+fn each_actor_sees_its_own_gpu() {
+    let Some(n) = gpus() else { return };
+    let _serial = serial();
+    let mut g = WhereAmI::launch(
+        (0..n).map(|rank| Flaky { rank }).collect(),
+        Nccl::all().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(g.execute().unwrap(), (0..n).collect::<Vec<_>>());
+    g.teardown().unwrap();
+}
+
+#[test]
+fn current_device_off_the_nccl_backend_is_a_placement_error() {
+    // Needs no GPU: the launching thread, and an actor of the CPU backend, have none.
+    assert!(matches!(current_device(), Err(Error::Placement(_))));
+    let mut g = WhereAmI::launch(vec![Flaky { rank: 0 }], Cpu).unwrap();
+    match g.execute() {
+        Err(Error::Method { method, source, .. }) => {
+            assert_eq!(method, "where_am_i");
+            assert!(source.to_string().contains("Nccl backend"), "{source}");
+        }
+        other => panic!("expected Error::Method, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_gpu_tensor_on_the_cpu_backend_is_a_placement_error() {
+    let Some(_) = gpus() else { return };
+    let _serial = serial();
+    let mut g = OnHost::launch(vec![Flaky { rank: 0 }], Cpu).unwrap();
+    match g.execute(true) {
+        Err(Error::Placement(message)) => {
+            assert!(message.contains("host communicator"), "{message}")
+        }
+        other => panic!("expected Error::Placement, got {other:?}"),
+    }
+    assert_eq!(g.execute(false).unwrap()[0].to_vec(), vec![1.0; 4]);
+}
+
+// ---------------------------------------------------------------------------------------
+// (g) Two GPUs: real reductions between ranks, and a shape mismatch.
+
+struct Pair {
+    rank: usize,
+}
+
+#[actor]
+impl Pair {
+    /// `(i % 97) * (rank + 1)` on this rank's GPU: integer-valued, so the sum is exact.
+    fn grad(&mut self) -> Result<Tensor<f32>, BoxError> {
+        let v: Vec<f32> = (0..1 << 16)
+            .map(|i| ((i % 97) * (self.rank + 1)) as f32)
+            .collect();
+        Ok(Tensor::from_vec(v, [1 << 16])?.to_device(&current_device()?)?)
+    }
+    fn loss(&mut self) -> f32 {
+        self.rank as f32 + 1.0
+    }
+    /// Rank r returns `lens[r]` elements on its GPU.
+    fn part(&mut self, lens: &[usize; 2]) -> Result<Tensor<f32>, BoxError> {
+        Ok(Tensor::full([lens[self.rank]], 1.0).to_device(&current_device()?)?)
+    }
+}
+
+graph! {
+    PairSum(ns: [Pair]) {
+        let g = ns.grad();
+        let l = ns.loss();
+        allreduce([g, l])
+    }
+
+    PairParts(ns: [Pair], lens: [usize; 2]) {
+        let a = ns.part(lens);
+        allreduce(a)
+    }
+}
+
+#[test]
+fn two_gpus_allreduce_to_bitwise_identical_exact_sums() {
+    let Some(n) = gpus() else { return };
+    if n < 2 {
+        eprintln!("skipped: needs 2 GPUs, this machine has {n}");
+        return;
+    }
+    let _serial = serial();
+    let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
+    let mut g = PairSum::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
+    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    for _ in 0..3 {
+        let out = g.execute_timeout(Duration::from_secs(60)).unwrap();
+        let bits: Vec<Vec<u32>> = out
+            .iter()
+            .enumerate()
+            .map(|(rank, (t, l))| {
+                assert_eq!(t.device_ordinal(), Some(rank));
+                assert_eq!(*l, 3.0);
+                host(t).iter().map(|x| x.to_bits()).collect()
+            })
+            .collect();
+        assert!(bits[0] == bits[1], "both ranks hold the same bits");
+        assert_eq!(host(&out[0].0), want);
+    }
+    g.teardown().unwrap();
+}
+
+#[test]
+fn two_gpus_shape_mismatch_is_an_error_not_a_hang() {
+    let Some(n) = gpus() else { return };
+    if n < 2 {
+        eprintln!("skipped: needs 2 GPUs, this machine has {n}");
+        return;
+    }
+    let _serial = serial();
+    let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
+    let mut g = PairParts::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
+    let timeout = Duration::from_secs(60);
+    match g.execute_timeout([10, 20], timeout) {
+        Err(Error::ShapeMismatch { slot, counts, .. }) => {
+            assert_eq!(slot, 0);
+            assert_eq!(counts, vec![(DType::F32, 10), (DType::F32, 20)]);
+        }
+        other => panic!("expected ShapeMismatch, got {other:?}"),
+    }
+    let out = g.execute_timeout([7, 7], timeout).unwrap();
+    for (rank, t) in out.iter().enumerate() {
+        assert_eq!(t.device_ordinal(), Some(rank));
+        assert_eq!(host(t), vec![2.0; 7]);
+    }
+    g.teardown().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// (h) The backend's own errors.
+
+#[test]
+fn the_backend_refuses_bad_device_lists() {
+    let Some(n) = gpus() else { return };
+    let _serial = serial();
+    let (major, _, _) = nccl::nccl_version().unwrap();
+    assert_eq!(major, 2);
+
+    match Nccl::new([0, 0]) {
+        Err(Error::Backend(message)) => assert!(message.contains("twice"), "{message}"),
+        other => panic!("expected a GPU given twice to be refused, got {other:?}"),
+    }
+    for ordinal in [n, usize::MAX] {
+        match Nccl::new([ordinal]) {
+            Err(Error::NoSuchDevice { ordinal: o, count }) => assert_eq!((o, count), (ordinal, n)),
+            other => panic!("expected NoSuchDevice for GPU {ordinal}, got {other:?}"),
+        }
+        assert!(matches!(
+            Device::new(ordinal),
+            Err(Error::NoSuchDevice { .. })
+        ));
+    }
+    assert!(matches!(Nccl::new([]), Err(Error::Backend(_))));
+    assert_eq!(Nccl::all().unwrap().devices(), (0..n).collect::<Vec<_>>());
+
+    // A group larger than the backend's GPU list fails at launch, without hanging.
+    let one = Nccl::new([0]).unwrap();
+    match Reuse::launch(vec![Counter { calls: 0 }, Counter { calls: 0 }], one) {
+        Err(Error::Backend(message)) => assert!(message.contains("one GPU per actor"), "{message}"),
+        Err(other) => panic!("expected a Backend error, got {other}"),
+        Ok(_) => panic!("two actors on one GPU must not launch"),
+    }
+
+    let device = Device::new(0).unwrap();
+    assert_eq!(device.ordinal(), 0);
+    device.synchronize().unwrap();
+}
+
+#[test]
+fn without_a_gpu_the_backend_is_an_error_not_a_panic() {
+    // The converse of the tests above; needs no GPU.
+    match nccl::device_count() {
+        Ok(n) if n > 0 => eprintln!("skipped: this machine has {n} GPU(s)"),
+        Ok(_) => {
+            assert!(Nccl::new([0]).is_err());
+            assert!(Device::new(0).is_err());
+        }
+        Err(e) => {
+            assert!(matches!(e, Error::LibraryMissing { .. }), "{e}");
+            for result in [Nccl::new([0]), Nccl::all()] {
+                match result {
+                    Err(Error::LibraryMissing { hint, .. }) => assert!(!hint.is_empty()),
+                    other => panic!("expected LibraryMissing, got {other:?}"),
+                }
+            }
+            assert!(matches!(Device::new(0), Err(Error::LibraryMissing { .. })));
+        }
+    }
+}
