@@ -8,11 +8,11 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::sys::CUdeviceptr;
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DeviceSlice};
 
 use super::{stage_error, Bucketable, FusedStage, Region, Regions, SlotIdx};
 use crate::comm::{Collective, Communicator, Header, Status};
-use crate::nccl::{alloc_zeros, gpu, Device};
+use crate::nccl::{alloc_zeros, copy_ordered, gpu, Device};
 use crate::tensor::Storage;
 use crate::{DType, Element, Error};
 
@@ -64,18 +64,21 @@ impl<E: Element> Region<E> {
             .and_then(Storage::device_mut)
     }
 
-    /// The region for the communicator: its device address and length.
-    fn dev_region(&mut self, stream: &Arc<CudaStream>) -> Option<DevRegion> {
+    /// The region for the communicator: its device address and length (`None` when
+    /// empty). An error if a non-empty region has no unshared buffer: this rank would
+    /// issue fewer NCCL calls than its peers.
+    fn dev_region(&mut self, stream: &Arc<CudaStream>) -> Result<Option<DevRegion>, Error> {
         let len = self.len;
         if len == 0 {
-            return None;
+            return Ok(None);
         }
-        let (ptr, _record) = self.dev_mut()?.device_ptr_mut(stream);
-        Some(DevRegion {
+        let buf = self.dev_mut().ok_or_else(missing_buffer)?;
+        let (ptr, _record) = buf.device_ptr_mut(stream);
+        Ok(Some(DevRegion {
             dtype: E::DTYPE,
             ptr,
             len,
-        })
+        }))
     }
 
     /// Records that the buffer is written up to this point of the stream (after the
@@ -150,9 +153,11 @@ impl<E: Element> Region<E> {
         if dst.len() != src.len() {
             return Err(missing_buffer());
         }
-        stream
-            .memcpy_dtod(src, &mut dst)
-            .map_err(gpu("cuMemcpyDtoD"))
+        copy_ordered(stream, src, || {
+            stream
+                .memcpy_dtod(src, &mut dst)
+                .map_err(gpu("cuMemcpyDtoD"))
+        })
     }
 
     /// Copies `range` of the device buffer (a host value's result) to the host buffer.
@@ -185,14 +190,17 @@ macro_rules! regions_device {
                 Ok(())
             }
             /// The non-empty device regions, at most one per dtype, and how many there are.
-            fn device_regions(&mut self, stream: &Arc<CudaStream>) -> ([DevRegion; DType::COUNT], usize) {
+            fn device_regions(
+                &mut self,
+                stream: &Arc<CudaStream>,
+            ) -> Result<([DevRegion; DType::COUNT], usize), Error> {
                 let mut all = [DevRegion::EMPTY; DType::COUNT];
                 let mut n = 0;
-                $(if let Some(r) = self.$field.dev_region(stream) {
+                $(if let Some(r) = self.$field.dev_region(stream)? {
                     all[n] = r;
                     n += 1;
                 })*
-                (all, n)
+                Ok((all, n))
             }
             fn touch(&mut self, stream: &Arc<CudaStream>) {
                 $(self.$field.touch(stream);)*
@@ -240,6 +248,16 @@ impl FusedStage {
         let range = at.offset..at.offset + at.len;
         if at.device {
             let src = value.device_elements().ok_or_else(missing_buffer)?;
+            let on = src.stream().context().ordinal();
+            if on != device.ordinal() {
+                return Err(Error::Placement(format!(
+                    "stage `{}`: value {} is on GPU {on}, but this actor runs on GPU {}: \
+                     copy it with `to_device(&current_device()?)` first",
+                    self.name,
+                    at.slot,
+                    device.ordinal()
+                )));
+            }
             return region.copy_in(range, &src, stream);
         }
         match value.elements() {
@@ -266,19 +284,28 @@ impl FusedStage {
             self.skip(comm);
             return Err(missing_buffer());
         };
+        let stream = device.stream();
+        let regions = self
+            .inputs
+            .device_regions(stream)
+            .and_then(|i| Ok((i, self.outputs.device_regions(stream)?)));
+        let ((ins, n_ins), (outs, n_outs)) = match regions {
+            Ok(r) => r,
+            Err(e) => {
+                self.skip(comm);
+                return Err(e);
+            }
+        };
         let Some(nccl) = comm.nccl() else {
             return Err(Error::Backend(
                 "internal error: a device-mode stage ran on a host communicator".into(),
             ));
         };
-        let stream = device.stream();
         let header = Header {
             status: Status::Ok,
             slots: &self.slots,
             data: &[],
         };
-        let (ins, n_ins) = self.inputs.device_regions(stream);
-        let (outs, n_outs) = self.outputs.device_regions(stream);
         nccl.stage_device(&header, collective, &ins[..n_ins], &outs[..n_outs])
             .map_err(|e| stage_error(e, self.name, group, rank))?;
         self.inputs.touch(stream);

@@ -44,6 +44,14 @@ impl Nccl {
     pub fn new(devices: impl IntoIterator<Item = usize>) -> Result<Self, Error> {
         require_cuda()?;
         require_nccl()?;
+        // `ncclAvg` and bf16 came with NCCL 2.10.
+        let version = super::nccl_version()?;
+        if version < (2, 10, 0) {
+            return Err(Error::Backend(format!(
+                "NCCL {}.{}.{} is too old: the Nccl backend needs NCCL 2.10 or newer",
+                version.0, version.1, version.2
+            )));
+        }
         let devices: Vec<usize> = devices.into_iter().collect();
         if devices.is_empty() {
             return Err(Error::Backend(
@@ -93,6 +101,7 @@ impl Backend for Nccl {
             failed: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
         });
+        let devices: Arc<[usize]> = self.devices.as_slice().into();
         Ok(self
             .devices
             .iter()
@@ -102,6 +111,7 @@ impl Backend for Nccl {
                 size,
                 ordinal,
                 id,
+                devices: Arc::clone(&devices),
                 shared: Arc::clone(&shared),
                 attached: None,
             })
@@ -128,6 +138,8 @@ pub struct NcclComm {
     size: usize,
     ordinal: usize,
     id: sys::ncclUniqueId,
+    /// Every rank's GPU.
+    devices: Arc<[usize]>,
     shared: Arc<Shared>,
     attached: Option<Attached>,
 }
@@ -147,9 +159,26 @@ struct Attached {
     scratch: Vec<CudaSlice<u8>>,
 }
 
-/// An NCCL communicator handle.
+/// An NCCL communicator handle, until aborted.
 #[derive(Debug)]
-struct RawComm(sys::ncclComm_t);
+struct RawComm {
+    handle: sys::ncclComm_t,
+    live: bool,
+}
+
+impl RawComm {
+    /// Aborts the communicator: NCCL work of it still queued or running on the GPU stops,
+    /// so that the stream drains.
+    fn abort(&mut self) {
+        if std::mem::take(&mut self.live) {
+            // SAFETY: a handle from `ncclCommInitRank`, aborted once (`live`), and used by
+            // nothing after: every entry point checks the group's abort flag first.
+            unsafe {
+                let _ = nccl::comm_abort(self.handle);
+            }
+        }
+    }
+}
 
 // SAFETY: an NCCL communicator may be used from any thread, one call at a time. `RawComm`
 // is owned by one `NcclComm`, whose `&mut self` methods serialise every use; it moves
@@ -158,22 +187,18 @@ unsafe impl Send for RawComm {}
 
 impl Drop for RawComm {
     fn drop(&mut self) {
-        // SAFETY: the handle came from `ncclCommInitRank` and is dropped once. Abort rather
-        // than destroy: it does not wait for peers, which may be gone.
-        unsafe {
-            let _ = nccl::comm_abort(self.0);
-        }
+        // Abort rather than destroy: it does not wait for peers, which may be gone.
+        self.abort();
     }
 }
 
 impl Drop for NcclComm {
     fn drop(&mut self) {
         // Let queued work finish (results the caller still holds views of) before the
-        // communicator goes, unless the group was aborted: then a peer may never come.
-        if let Some(a) = &self.attached {
-            if !self.shared.aborted.load(SeqCst) {
-                let _ = a.device.synchronize();
-            }
+        // communicator goes; the wait gives up when the group is aborted (a peer that may
+        // never come), and the abort then stops what is left.
+        if self.attached.is_some() {
+            let _ = self.wait_inner();
         }
     }
 }
@@ -207,6 +232,17 @@ impl NcclComm {
         ins: &[DevRegion],
         outs: &[DevRegion],
     ) -> Result<(), StageError> {
+        let r = self.stage_device_inner(header, collective, ins, outs);
+        self.settle(r)
+    }
+
+    fn stage_device_inner(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        ins: &[DevRegion],
+        outs: &[DevRegion],
+    ) -> Result<(), StageError> {
         if self.shared.aborted.load(SeqCst) {
             return Err(StageError::Aborted);
         }
@@ -217,6 +253,25 @@ impl NcclComm {
     /// Waits for the work queued on this rank's stream; gives up with
     /// [`StageError::Aborted`] if the group is aborted meanwhile.
     pub(crate) fn wait(&mut self) -> Result<(), StageError> {
+        let r = self.wait_inner();
+        self.settle(r)
+    }
+
+    /// A CUDA or NCCL failure on one rank leaves its NCCL calls out of step with its
+    /// peers' (NCCL pairs collectives by order only), so it ends the whole group: the
+    /// peers' waits give up, and this rank's communicator is aborted at once so that its
+    /// stream drains. An abort from outside does the same here.
+    fn settle<T>(&mut self, r: Result<T, StageError>) -> Result<T, StageError> {
+        if matches!(r, Err(StageError::Comm(_) | StageError::Aborted)) {
+            self.shared.aborted.store(true, SeqCst);
+            if let Some(a) = &mut self.attached {
+                a.comm.abort();
+            }
+        }
+        r
+    }
+
+    fn wait_inner(&mut self) -> Result<(), StageError> {
         let shared = Arc::clone(&self.shared);
         let a = self.attached()?;
         a.done
@@ -243,6 +298,48 @@ impl NcclComm {
                 std::thread::sleep(std::time::Duration::from_micros(50));
             }
         }
+    }
+
+    /// `Communicator::stage` over host regions: agreement, then copies to the GPU, the
+    /// collective, and copies back.
+    fn stage_host(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        regions: &mut [RegionMut<'_>],
+        outputs: &mut [RegionMut<'_>],
+    ) -> Result<(), StageError> {
+        if self.shared.aborted.load(SeqCst) {
+            return Err(StageError::Aborted);
+        }
+        self.agree(header, collective)?;
+        if regions.is_empty() {
+            return Ok(());
+        }
+        let a = self.attached()?;
+        let (n_ins, n) = (regions.len(), regions.len() + outputs.len());
+        let mut regs = [DevRegion::EMPTY; 2 * DType::COUNT];
+        for (i, r) in regions.iter_mut().enumerate() {
+            regs[i] = a.upload_scratch(i, r, true)?;
+        }
+        for (i, r) in outputs.iter_mut().enumerate() {
+            regs[n_ins + i] = a.upload_scratch(n_ins + i, r, false)?;
+        }
+        let (ins, outs) = regs[..n].split_at(n_ins);
+        self.launch(header, collective, ins, outs)?;
+        self.wait_inner()?;
+        let a = self.attached()?;
+        // The results: in the outputs for the collectives that have them, else in place.
+        if collective.has_outputs() {
+            for (i, r) in outputs.iter_mut().enumerate() {
+                a.download_scratch(n_ins + i, r)?;
+            }
+        } else {
+            for (i, r) in regions.iter_mut().enumerate() {
+                a.download_scratch(i, r)?;
+            }
+        }
+        Ok(())
     }
 
     /// Every rank's header words: this rank's `mine`, all-gathered, into `words`.
@@ -278,13 +375,13 @@ impl NcclComm {
                     ptr as *mut _,
                     k,
                     sys::ncclDataType_t::ncclUint64,
-                    a.comm.0,
+                    a.comm.handle,
                     stream.cu_stream() as sys::cudaStream_t,
                 )
             }
             .map_err(nccl_stage_err("ncclAllGather"))?;
         }
-        self.wait()?;
+        self.wait_inner()?;
         let a = self.attached()?;
         a.words.clear();
         a.words.resize(total, 0);
@@ -293,6 +390,11 @@ impl NcclComm {
                 stream
                     .memcpy_dtoh(&src, &mut a.words[..])
                     .map_err(|e| StageError::Comm(gpu("cuMemcpyDtoH")(e)))?;
+                // A copy to pageable memory is done when it returns in practice, but CUDA
+                // does not promise it; the stream is idle (after `wait`), so this is free.
+                stream
+                    .synchronize()
+                    .map_err(|e| StageError::Comm(gpu("cuStreamSynchronize")(e)))?;
             }
         }
         Ok(())
@@ -332,7 +434,10 @@ impl NcclComm {
     ) -> Result<(), StageError> {
         let size = self.size;
         let a = self.attached()?;
-        let (comm, stream) = (a.comm.0, a.device.stream().cu_stream() as sys::cudaStream_t);
+        let (comm, stream) = (
+            a.comm.handle,
+            a.device.stream().cu_stream() as sys::cudaStream_t,
+        );
         nccl::group_start().map_err(nccl_stage_err("ncclGroupStart"))?;
         let queued = queue_ops(comm, stream, size, header, collective, ins, outs);
         let ended = nccl::group_end().map_err(nccl_stage_err("ncclGroupEnd"));
@@ -456,37 +561,8 @@ impl Communicator for NcclComm {
         regions: &mut [RegionMut<'_>],
         outputs: &mut [RegionMut<'_>],
     ) -> Result<(), StageError> {
-        if self.shared.aborted.load(SeqCst) {
-            return Err(StageError::Aborted);
-        }
-        self.agree(header, collective)?;
-        if regions.is_empty() {
-            return Ok(());
-        }
-        let a = self.attached()?;
-        let (n_ins, n) = (regions.len(), regions.len() + outputs.len());
-        let mut regs = [DevRegion::EMPTY; 2 * DType::COUNT];
-        for (i, r) in regions.iter_mut().enumerate() {
-            regs[i] = a.upload_scratch(i, r, true)?;
-        }
-        for (i, r) in outputs.iter_mut().enumerate() {
-            regs[n_ins + i] = a.upload_scratch(n_ins + i, r, false)?;
-        }
-        let (ins, outs) = regs[..n].split_at(n_ins);
-        self.launch(header, collective, ins, outs)?;
-        self.wait()?;
-        let a = self.attached()?;
-        // The results: in the outputs for the collectives that have them, else in place.
-        if collective.has_outputs() {
-            for (i, r) in outputs.iter_mut().enumerate() {
-                a.download_scratch(n_ins + i, r)?;
-            }
-        } else {
-            for (i, r) in regions.iter_mut().enumerate() {
-                a.download_scratch(i, r)?;
-            }
-        }
-        Ok(())
+        let r = self.stage_host(header, collective, regions, outputs);
+        self.settle(r)
     }
 
     fn abort_handle(&self) -> AbortHandle {
@@ -495,7 +571,8 @@ impl Communicator for NcclComm {
     }
 
     fn attach(&mut self) -> Result<(), Error> {
-        let device = Device::new(self.ordinal);
+        let device = Device::new(self.ordinal)
+            .and_then(|d| share_pool_with_peers(&d, &self.devices).map(|()| d));
         if device.is_err() {
             self.shared.failed.store(true, SeqCst);
         }
@@ -519,7 +596,10 @@ impl Communicator for NcclComm {
                 self.rank as c_int,
             )
             .map_err(nccl_err("ncclCommInitRank"))?;
-            RawComm(raw.assume_init())
+            RawComm {
+                handle: raw.assume_init(),
+                live: true,
+            }
         };
         let done = device
             .context()
@@ -597,11 +677,70 @@ impl Attached {
             return Ok(());
         }
         let src = self.scratch[i].slice(..bytes.len());
-        self.device
-            .stream()
+        let stream = self.device.stream();
+        stream
             .memcpy_dtoh(&src, bytes)
-            .map_err(|e| StageError::Comm(gpu("cuMemcpyDtoH")(e)))
+            .map_err(|e| StageError::Comm(gpu("cuMemcpyDtoH")(e)))?;
+        stream
+            .synchronize()
+            .map_err(|e| StageError::Comm(gpu("cuStreamSynchronize")(e)))
     }
+}
+
+/// Lets the other GPUs of the group read and write memory that this rank allocates from
+/// its GPU's default memory pool (where cudarc allocates when the GPU supports
+/// `cuMemAllocAsync`). NCCL reads and writes the stage buffers of a peer in the same
+/// process directly over P2P, and pool memory, unlike `cuMemAlloc`'s, is not open to peers
+/// until its pool says so.
+fn share_pool_with_peers(device: &Device, devices: &[usize]) -> Result<(), Error> {
+    use cudarc::driver::sys as cu;
+    let me = device.ordinal();
+    if !device.context().has_async_alloc() || devices.iter().all(|&d| d == me) {
+        return Ok(());
+    }
+    let check = |call: &'static str, r: cu::CUresult| {
+        r.result().map_err(|e| Error::Gpu {
+            call,
+            message: e.to_string(),
+        })
+    };
+    // SAFETY: plain driver calls with out-pointers to locals; the context of `device` is
+    // current on this thread (`Device::new` bound it), and every ordinal is a GPU that
+    // `Nccl::new` checked exists.
+    unsafe {
+        let mut pool = MaybeUninit::uninit();
+        check(
+            "cuDeviceGetDefaultMemPool",
+            cu::cuDeviceGetDefaultMemPool(pool.as_mut_ptr(), device.context().cu_device()),
+        )?;
+        let pool = pool.assume_init();
+        for &peer in devices.iter().filter(|&&d| d != me) {
+            let mut peer_dev = MaybeUninit::uninit();
+            check(
+                "cuDeviceGet",
+                cu::cuDeviceGet(peer_dev.as_mut_ptr(), peer as c_int),
+            )?;
+            let peer_dev = peer_dev.assume_init();
+            let mut can = 0;
+            check(
+                "cuDeviceCanAccessPeer",
+                cu::cuDeviceCanAccessPeer(&mut can, peer_dev, device.context().cu_device()),
+            )?;
+            if can == 0 {
+                // No P2P between the two: NCCL goes through its own buffers instead.
+                continue;
+            }
+            let desc = cu::CUmemAccessDesc {
+                location: cu::CUmemLocation {
+                    type_: cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: peer_dev,
+                },
+                flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            };
+            check("cuMemPoolSetAccess", cu::cuMemPoolSetAccess(pool, &desc, 1))?;
+        }
+    }
+    Ok(())
 }
 
 /// A host region's bytes.
@@ -640,9 +779,10 @@ fn red(op: ReduceOp) -> sys::ncclRedOp_t {
 }
 
 fn nccl_err(call: &'static str) -> impl FnOnce(NcclError) -> Error {
+    // cudarc's `NcclError` prints only its own name; the result code says what failed.
     move |e| Error::Gpu {
         call,
-        message: format!("{e:?}"),
+        message: format!("{:?}", e.0),
     }
 }
 

@@ -1,7 +1,7 @@
 //! `Device`: one GPU and the stream an actor runs its work on.
 
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
 
@@ -27,7 +27,8 @@ impl Device {
         if ordinal >= count {
             return Err(Error::NoSuchDevice { ordinal, count });
         }
-        let ctx = CudaContext::new(ordinal).map_err(gpu("cuDevicePrimaryCtxRetain"))?;
+        let ctx = context(ordinal)?;
+        ctx.bind_to_thread().map_err(gpu("cuCtxSetCurrent"))?;
         let stream = ctx.new_stream().map_err(gpu("cuStreamCreate"))?;
         Ok(Self { stream })
     }
@@ -53,6 +54,48 @@ impl Device {
             .synchronize()
             .map_err(gpu("cuStreamSynchronize"))
     }
+}
+
+/// One `CudaContext` per GPU for the whole process. cudarc keeps its stream bookkeeping
+/// (event tracking, the number of streams) per context object, and synchronises the whole
+/// GPU the first time an object gets a second stream: with one object per GPU that
+/// happens once, at the first `Device::new`, not while another rank's collective is
+/// waiting on that GPU.
+fn context(ordinal: usize) -> Result<Arc<CudaContext>, Error> {
+    static CONTEXTS: OnceLock<Mutex<Vec<Option<Arc<CudaContext>>>>> = OnceLock::new();
+    let mut all = CONTEXTS
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if all.len() <= ordinal {
+        all.resize(ordinal + 1, None);
+    }
+    if let Some(ctx) = &all[ordinal] {
+        return Ok(Arc::clone(ctx));
+    }
+    let ctx = CudaContext::new(ordinal).map_err(gpu("cuDevicePrimaryCtxRetain"))?;
+    all[ordinal] = Some(Arc::clone(&ctx));
+    Ok(ctx)
+}
+
+/// Orders a copy on `stream` that reads `src`, a view that may belong to another stream
+/// (a tensor the caller made on its own stream, or on another GPU): `stream` first waits
+/// for the work queued on `src`'s stream, and `src`'s stream then waits for the copy, so
+/// that freeing `src` there cannot overtake it. cudarc's own event tracking does this only
+/// within one context object that has several streams.
+pub(crate) fn copy_ordered<E>(
+    stream: &Arc<CudaStream>,
+    src: &cudarc::driver::CudaView<'_, E>,
+    copy: impl FnOnce() -> Result<(), Error>,
+) -> Result<(), Error> {
+    use cudarc::driver::DeviceSlice;
+    let other = src.stream();
+    if other.cu_stream() == stream.cu_stream() {
+        return copy();
+    }
+    stream.join(other).map_err(gpu("cuStreamWaitEvent"))?;
+    copy()?;
+    other.join(stream).map_err(gpu("cuStreamWaitEvent"))
 }
 
 thread_local! {

@@ -13,7 +13,7 @@ mod device;
 mod probe;
 
 pub use comm::{Nccl, NcclComm};
-pub(crate) use device::{alloc_zeros, gpu, set_current};
+pub(crate) use device::{alloc_zeros, copy_ordered, gpu, set_current};
 pub use device::{current_device, Device};
 pub use probe::{device_count, nccl_version};
 pub(crate) use probe::{require_cuda, require_nccl};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaView};
 
 use super::{numel, Storage, Tensor};
-use crate::nccl::{alloc_zeros, gpu, Device};
+use crate::nccl::{alloc_zeros, copy_ordered, gpu, Device};
 use crate::{Element, Error};
 
 impl<E: Element> Tensor<E> {
@@ -43,9 +43,11 @@ impl<E: Element> Tensor<E> {
                     .memcpy_htod(src, &mut dst)
                     .map_err(gpu("cuMemcpyHtoD"))?,
                 // cudarc copies between GPUs (peer to peer) when the view is on another one.
-                (None, Some(src)) => stream
-                    .memcpy_dtod(&src, &mut dst)
-                    .map_err(gpu("cuMemcpyDtoD"))?,
+                (None, Some(src)) => copy_ordered(stream, &src, || {
+                    stream
+                        .memcpy_dtod(&src, &mut dst)
+                        .map_err(gpu("cuMemcpyDtoD"))
+                })?,
                 (None, None) => {
                     return Err(Error::Placement(
                         "a GPU tensor's view lies outside its storage".into(),
