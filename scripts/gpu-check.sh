@@ -2,6 +2,7 @@
 # The NCCL backend's checks on a machine with a GPU (one is enough):
 #   1. builds the two test files and the example below (release, feature `nccl`),
 #   2. the GPU tests (tests/nccl_gpu.rs) and the library-loading tests (tests/nccl_loader.rs),
+#      on the real GPUs (not the run of the same tests on the simulated GPU, which CI does),
 #   3. the example that checks and times a fused allreduce (examples/nccl_allreduce.rs),
 # each under a time limit (170 + 70 + 50 s by default, so the whole script stays under
 # 5 minutes); then a summary. The exit status is 0 only if every step passed.
@@ -136,7 +137,8 @@ run "build" "$BUILD_TIMEOUT" \
     cargo build "${cargo_flags[@]}" --test nccl_gpu --test nccl_loader --test nccl_cpu --example nccl_allreduce
 if [[ "${results[0]}" == ok ]]; then
     run "GPU and loader tests" "$TEST_TIMEOUT" \
-        cargo test "${cargo_flags[@]}" --no-fail-fast --test nccl_gpu --test nccl_loader --test nccl_cpu -- --nocapture
+        cargo test "${cargo_flags[@]}" --no-fail-fast --test nccl_gpu --test nccl_loader --test nccl_cpu -- --nocapture \
+        --skip simulated::the_gpu_tests_pass_on_a_simulated_gpu
     # `${a[@]+...}`: an empty array under `set -u` in bash before 4.4.
     run "nccl_allreduce example" "$EXAMPLE_TIMEOUT" \
         cargo run "${cargo_flags[@]}" --example nccl_allreduce -- ${EXAMPLE_ARGS[@]+"${EXAMPLE_ARGS[@]}"}

@@ -865,6 +865,43 @@ fn a_gpu_tensor_on_the_cpu_backend_is_a_placement_error() {
     assert_eq!(g.execute(false).unwrap()[0].to_vec(), vec![1.0; 4]);
 }
 
+/// An actor whose gradients come from a stream of their own, not the actor's.
+struct SideStream;
+
+#[actor]
+impl SideStream {
+    /// `2^14` values of `step` made on a new stream of this actor's GPU; the stage reads
+    /// them on the actor's stream, then drops them (a free on the side stream).
+    fn grad(&mut self, step: &i64) -> Result<Tensor<f32>, BoxError> {
+        let side = Device::new(current_device()?.ordinal())?;
+        Ok(on_gpu(&side, *step, 0, &[1 << 14])?)
+    }
+}
+
+graph! {
+    SideSum(ns: [SideStream], step: i64) {
+        let g = ns.grad(step);
+        allreduce(g)
+    }
+}
+
+#[test]
+fn a_gpu_value_made_on_another_stream_is_read_before_it_is_freed() {
+    let Some(gpus) = gpus() else { return };
+    let _serial = serial();
+    let n = ranks(gpus);
+    let actors = (0..n).map(|_| SideStream).collect();
+    let mut g = SideSum::launch(actors, Nccl::new(0..n).unwrap()).unwrap();
+    // Only the order of the two streams keeps the free after the copy: run it often.
+    for step in 0..20 {
+        let want = reduced(&vec![values::<f32>(step, 0, 1 << 14); n], ReduceOp::Sum);
+        for t in g.execute(step).unwrap() {
+            assert_eq!(host(&t), want);
+        }
+    }
+    g.teardown().unwrap();
+}
+
 // ---------------------------------------------------------------------------------------
 // (g) Two GPUs: real reductions between ranks, and a shape mismatch.
 
@@ -1018,3 +1055,9 @@ fn without_a_gpu_the_backend_is_an_error_not_a_panic() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// (i) The same tests on a simulated GPU, and the failure model with injected faults.
+
+#[path = "nccl_gpu/simulated.rs"]
+mod simulated;

@@ -699,10 +699,7 @@ fn share_pool_with_peers(device: &Device, devices: &[usize]) -> Result<(), Error
         return Ok(());
     }
     let check = |call: &'static str, r: cu::CUresult| {
-        r.result().map_err(|e| Error::Gpu {
-            call,
-            message: e.to_string(),
-        })
+        r.result().map_err(|e| super::probe::driver_error(call, e))
     };
     // SAFETY: plain driver calls with out-pointers to locals; the context of `device` is
     // current on this thread (`Device::new` bound it), and every ordinal is a GPU that

@@ -136,8 +136,5 @@ pub(crate) fn alloc_zeros<E: crate::Element>(
 
 /// Maps a CUDA driver error to [`Error::Gpu`] naming the call.
 pub(crate) fn gpu(call: &'static str) -> impl FnOnce(DriverError) -> Error {
-    move |e| Error::Gpu {
-        call,
-        message: e.to_string(),
-    }
+    move |e| super::probe::driver_error(call, e)
 }

@@ -149,11 +149,13 @@ fn decode_version(code: c_int) -> Option<(u32, u32, u32)> {
     Some((code / major_unit, (code % major_unit) / 100, code % 100))
 }
 
-fn driver_error(call: &'static str, e: DriverError) -> Error {
-    Error::Gpu {
-        call,
-        message: e.to_string(),
-    }
+pub(crate) fn driver_error(call: &'static str, e: DriverError) -> Error {
+    // The code's name, and the driver's description of it when it has one.
+    let message = match e.error_string() {
+        Ok(text) => format!("{:?}: {}", e.0, text.to_string_lossy()),
+        Err(_) => format!("{:?}", e.0),
+    };
+    Error::Gpu { call, message }
 }
 
 fn cuda_candidates() -> Vec<String> {

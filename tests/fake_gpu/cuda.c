@@ -1,0 +1,748 @@
+/* A simulated CUDA driver, built as libcuda.so, so that the NCCL backend's GPU tests run
+ * on a machine without a GPU (tests/nccl_gpu.rs runs them against it).
+ *
+ * What it simulates: FAKE_GPU_COUNT GPUs (default 2) whose memory is host memory; one
+ * worker thread per stream that runs the stream's work in order, asynchronously to the
+ * host; events, stream-to-stream waits, stream-ordered allocation and free. What it
+ * checks, aborting the process with a message where real CUDA would crash, corrupt
+ * memory or hang: every device address a copy, memset or NCCL call uses lies in a live
+ * allocation (freed memory is poisoned and forgotten at the point of the stream where
+ * it is freed, so a free that overtakes a use on another stream is caught), host and
+ * device addresses are not confused, and no wait lasts longer than FAKE_GPU_TIMEOUT_S
+ * (default 60) seconds. Each stream sleeps up to FAKE_GPU_JITTER_US (default 20)
+ * microseconds before each job, so that streams run at uneven speeds.
+ *
+ * What it cannot show: anything about kernels, timing, P2P or real memory limits. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake.h"
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_NOT_READY = 600,
+};
+
+#define MAX_GPUS 16
+
+/* ---- the global lock, waits, and dying loudly ---- */
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+
+void fake_lock(void) { pthread_mutex_lock(&mu); }
+void fake_unlock(void) { pthread_mutex_unlock(&mu); }
+void fake_broadcast(void) { pthread_cond_broadcast(&cond); }
+
+void fake_die(const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "fake GPU: ");
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
+    va_end(args);
+    fflush(stderr);
+    abort();
+}
+
+static double timeout_s(void) {
+    const char *v = getenv("FAKE_GPU_TIMEOUT_S");
+    double t = v ? atof(v) : 0;
+    return t > 0 ? t : 60;
+}
+
+void fake_wait(const char *what, double *waited) {
+    struct timespec at;
+    clock_gettime(CLOCK_REALTIME, &at);
+    at.tv_nsec += 100 * 1000 * 1000;
+    if (at.tv_nsec >= 1000000000) {
+        at.tv_sec += 1;
+        at.tv_nsec -= 1000000000;
+    }
+    if (pthread_cond_timedwait(&cond, &mu, &at) == ETIMEDOUT) {
+        *waited += 0.1;
+        if (*waited > timeout_s())
+            fake_die("waited more than %.0f s: %s", timeout_s(), what);
+    }
+}
+
+/* ---- devices and contexts ---- */
+
+typedef struct {
+    int ordinal;
+} fake_ctx;
+
+static fake_ctx contexts[MAX_GPUS];
+static __thread fake_ctx *current;
+
+static int gpu_count(void) {
+    const char *v = getenv("FAKE_GPU_COUNT");
+    int n = v ? atoi(v) : 2;
+    return n < 0 ? 0 : n > MAX_GPUS ? MAX_GPUS : n;
+}
+
+int fake_current_device(void) { return current ? current->ordinal : -1; }
+
+CUresult cuInit(unsigned flags) {
+    (void)flags;
+    for (int i = 0; i < MAX_GPUS; i++)
+        contexts[i].ordinal = i;
+    return gpu_count() ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+}
+
+CUresult cuDriverGetVersion(int *version) {
+    *version = 12020;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int *count) {
+    *count = gpu_count();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    if (ordinal < 0 || ordinal >= gpu_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice device) {
+    if (device < 0 || device >= gpu_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    switch (attribute) {
+    case 75: /* compute capability major */
+        *value = 9;
+        break;
+    case 115: /* memory pools supported: cudarc then allocates with cuMemAllocAsync */
+        *value = 1;
+        break;
+    default:
+        *value = 0;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char *name, int len, CUdevice device) {
+    if (device < 0 || device >= gpu_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(name, (size_t)len, "simulated GPU %d (tests/fake_gpu)", device);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice device) {
+    (void)device;
+    *bytes = (size_t)1 << 34;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
+    *free_bytes = *total = (size_t)1 << 34;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(fake_ctx **ctx, CUdevice device) {
+    if (device < 0 || device >= gpu_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    *ctx = &contexts[device];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
+    (void)device;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(fake_ctx *ctx) {
+    current = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(fake_ctx **ctx) {
+    *ctx = current;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice *device) {
+    if (!current)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *device = current->ordinal;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceCanAccessPeer(int *can, CUdevice device, CUdevice peer) {
+    *can = device != peer;
+    return CUDA_SUCCESS;
+}
+
+static int pools[MAX_GPUS];
+
+CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice device) {
+    if (device < 0 || device >= gpu_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pool = &pools[device];
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolSetAccess(void *pool, const void *descs, size_t count) {
+    (void)descs;
+    if (!pool || count == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* ---- allocations ---- */
+
+typedef struct {
+    CUdeviceptr ptr;
+    size_t bytes;
+    int device;
+} allocation;
+
+static allocation *allocs;
+static size_t n_allocs, cap_allocs;
+
+static allocation *find_alloc(CUdeviceptr ptr) {
+    for (size_t i = 0; i < n_allocs; i++)
+        if (ptr >= allocs[i].ptr && ptr < allocs[i].ptr + allocs[i].bytes)
+            return &allocs[i];
+    return NULL;
+}
+
+void fake_check_device_range(CUdeviceptr ptr, size_t bytes, int device, const char *what) {
+    if (bytes == 0)
+        return;
+    allocation *a = find_alloc(ptr);
+    if (!a)
+        fake_die("%s: %#llx is not in a live GPU allocation (freed, never allocated, or a "
+                 "host address)",
+                 what, ptr);
+    if (ptr + bytes > a->ptr + a->bytes)
+        fake_die("%s: %zu bytes at %#llx run past the end of a %zu-byte allocation at %#llx",
+                 what, bytes, ptr, a->bytes, a->ptr);
+    if (device >= 0 && a->device != device)
+        fake_die("%s: %#llx is memory of GPU %d, not of GPU %d", what, ptr, a->device, device);
+}
+
+static void check_host_range(const void *ptr, size_t bytes, const char *what) {
+    if (bytes && find_alloc((CUdeviceptr)(uintptr_t)ptr))
+        fake_die("%s: %p is GPU memory where a host address was expected", what, ptr);
+}
+
+/* Fault injection, for tests: the next allocation of at least `fail_bytes` bytes on GPU
+ * `fail_device` fails with CUDA_ERROR_OUT_OF_MEMORY. */
+static int fail_device = -1;
+static size_t fail_bytes;
+
+void fake_gpu_fail_alloc(int device, size_t min_bytes) {
+    fake_lock();
+    fail_device = device;
+    fail_bytes = min_bytes;
+    fake_unlock();
+}
+
+static CUresult alloc_on(CUdeviceptr *ptr, size_t bytes, int device) {
+    if (bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (device < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    fake_lock();
+    int fail = device == fail_device && bytes >= fail_bytes;
+    if (fail)
+        fail_device = -1;
+    fake_unlock();
+    if (fail)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    void *p = NULL;
+    if (posix_memalign(&p, 256, bytes))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    /* Not zero: code that reads memory it never wrote sees garbage, as on a GPU. */
+    memset(p, 0xA5, bytes);
+    fake_lock();
+    if (n_allocs == cap_allocs) {
+        cap_allocs = cap_allocs ? 2 * cap_allocs : 64;
+        allocs = realloc(allocs, cap_allocs * sizeof *allocs);
+        if (!allocs)
+            fake_die("out of host memory");
+    }
+    allocs[n_allocs++] = (allocation){(CUdeviceptr)(uintptr_t)p, bytes, device};
+    fake_unlock();
+    *ptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+/* Frees `ptr` (the lock held): it must be the start of a live allocation. */
+static void free_now(CUdeviceptr ptr, const char *what) {
+    for (size_t i = 0; i < n_allocs; i++) {
+        if (allocs[i].ptr == ptr) {
+            memset((void *)(uintptr_t)ptr, 0xDD, allocs[i].bytes);
+            free((void *)(uintptr_t)ptr);
+            allocs[i] = allocs[--n_allocs];
+            return;
+        }
+    }
+    fake_die("%s: %#llx is not the start of a live allocation (a double free?)", what, ptr);
+}
+
+/* ---- streams ---- */
+
+typedef struct job {
+    void (*run)(void *);
+    void *arg;
+    struct job *next;
+} job;
+
+struct fake_stream {
+    int device;
+    job *head, *tail;
+    unsigned long long enqueued, completed;
+    int destroyed;
+};
+
+/* Streams are never freed: events recorded on a stream may outlive it. */
+static fake_stream *streams[4096];
+static size_t n_streams;
+
+int fake_stream_device(fake_stream *s) { return s ? s->device : fake_current_device(); }
+
+static void *worker(void *arg) {
+    fake_stream *s = arg;
+    const char *v = getenv("FAKE_GPU_JITTER_US");
+    unsigned jitter_us = v ? (unsigned)atoi(v) : 20, seed = (unsigned)(uintptr_t)s;
+    fake_lock();
+    for (;;) {
+        while (!s->head && !s->destroyed)
+            pthread_cond_wait(&cond, &mu);
+        if (!s->head)
+            break;
+        if (jitter_us) {
+            /* Streams run at uneven speeds, so that work ordered only by luck (a free on one
+             * stream that must wait for a read on another) comes out of order sometimes. */
+            fake_unlock();
+            usleep((useconds_t)(rand_r(&seed) % (jitter_us + 1)));
+            fake_lock();
+        }
+        job *j = s->head;
+        s->head = j->next;
+        if (!s->head)
+            s->tail = NULL;
+        j->run(j->arg);
+        free(j->arg);
+        free(j);
+        s->completed++;
+        fake_broadcast();
+    }
+    fake_unlock();
+    return NULL;
+}
+
+/* The legacy default stream (NULL) and the per-thread one (0x2) run work at once. */
+static int is_default(fake_stream *s) { return s == NULL || (uintptr_t)s == 0x2; }
+
+void fake_enqueue(fake_stream *s, void (*run)(void *), void *arg) {
+    if (is_default(s)) {
+        fake_lock();
+        run(arg);
+        fake_unlock();
+        free(arg);
+        return;
+    }
+    job *j = malloc(sizeof *j);
+    if (!j)
+        fake_die("out of host memory");
+    *j = (job){run, arg, NULL};
+    fake_lock();
+    if (s->destroyed)
+        fake_die("work queued on a destroyed stream");
+    if (s->tail)
+        s->tail->next = j;
+    else
+        s->head = j;
+    s->tail = j;
+    s->enqueued++;
+    fake_broadcast();
+    fake_unlock();
+}
+
+CUresult cuStreamCreate(fake_stream **out, unsigned flags) {
+    (void)flags;
+    if (!current)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    fake_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->device = current->ordinal;
+    fake_lock();
+    if (n_streams == sizeof streams / sizeof *streams)
+        fake_die("more than %zu streams", n_streams);
+    streams[n_streams++] = s;
+    fake_unlock();
+    pthread_t t;
+    if (pthread_create(&t, NULL, worker, s))
+        fake_die("cannot start a stream worker");
+    pthread_detach(t);
+    *out = s;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamCreateWithPriority(fake_stream **out, unsigned flags, int priority) {
+    (void)priority;
+    return cuStreamCreate(out, flags);
+}
+
+/* Like CUDA: returns at once; the stream's queued work still runs. */
+CUresult cuStreamDestroy_v2(fake_stream *s) {
+    if (is_default(s))
+        return CUDA_ERROR_INVALID_HANDLE;
+    fake_lock();
+    s->destroyed = 1;
+    fake_broadcast();
+    fake_unlock();
+    return CUDA_SUCCESS;
+}
+
+static void drain(fake_stream *s, const char *what) {
+    unsigned long long target = s->enqueued;
+    double waited = 0;
+    while (s->completed < target)
+        fake_wait(what, &waited);
+}
+
+CUresult cuStreamSynchronize(fake_stream *s) {
+    if (is_default(s))
+        return CUDA_SUCCESS;
+    fake_lock();
+    drain(s, "cuStreamSynchronize");
+    fake_unlock();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamQuery(fake_stream *s) {
+    if (is_default(s))
+        return CUDA_SUCCESS;
+    fake_lock();
+    CUresult r = s->completed < s->enqueued ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+    fake_unlock();
+    return r;
+}
+
+/* Every stream of the current GPU (all of them without a current context). */
+CUresult cuCtxSynchronize(void) {
+    int device = fake_current_device();
+    fake_lock();
+    for (size_t i = 0; i < n_streams; i++)
+        if (device < 0 || streams[i]->device == device)
+            drain(streams[i], "cuCtxSynchronize");
+    fake_unlock();
+    return CUDA_SUCCESS;
+}
+
+/* ---- events ---- */
+
+typedef struct {
+    fake_stream *stream; /* NULL until recorded */
+    unsigned long long target;
+    struct timespec at;
+    double first_poll; /* when cuEventQuery first found it pending (0: not yet) */
+} fake_event;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+CUresult cuEventCreate(fake_event **out, unsigned flags) {
+    (void)flags;
+    *out = calloc(1, sizeof **out);
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult cuEventDestroy_v2(fake_event *e) {
+    /* Events recorded on a stream are read by jobs queued after them: leak them. */
+    (void)e;
+    return CUDA_SUCCESS;
+}
+
+static void stamp(void *arg) {
+    fake_event *e = *(fake_event **)arg;
+    clock_gettime(CLOCK_MONOTONIC, &e->at);
+}
+
+CUresult cuEventRecord(fake_event *e, fake_stream *s) {
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    fake_event **arg = malloc(sizeof *arg);
+    *arg = e;
+    if (is_default(s)) {
+        fake_enqueue(s, stamp, arg);
+        fake_lock();
+        e->stream = NULL;
+        fake_unlock();
+        return CUDA_SUCCESS;
+    }
+    fake_lock();
+    /* The stamp job is queued below; the event completes when it has run. */
+    e->stream = s;
+    e->target = s->enqueued + 1;
+    e->first_poll = 0;
+    fake_unlock();
+    fake_enqueue(s, stamp, arg);
+    return CUDA_SUCCESS;
+}
+
+static int event_done(fake_event *e) { return !e->stream || e->stream->completed >= e->target; }
+
+/* A host thread that polls an event for longer than the timeout is as stuck as one that
+ * waits for it: say so rather than spin forever. */
+CUresult cuEventQuery(fake_event *e) {
+    fake_lock();
+    CUresult r = CUDA_SUCCESS;
+    if (!event_done(e)) {
+        r = CUDA_ERROR_NOT_READY;
+        double now = now_s();
+        if (e->first_poll == 0)
+            e->first_poll = now;
+        else if (now - e->first_poll > timeout_s())
+            fake_die("an event polled for more than %.0f s (cuEventQuery): its stream never "
+                     "gets there",
+                     timeout_s());
+    }
+    fake_unlock();
+    return r;
+}
+
+CUresult cuEventSynchronize(fake_event *e) {
+    fake_lock();
+    double waited = 0;
+    while (!event_done(e))
+        fake_wait("cuEventSynchronize", &waited);
+    fake_unlock();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventElapsedTime(float *ms, fake_event *start, fake_event *end) {
+    fake_lock();
+    int done = event_done(start) && event_done(end);
+    fake_unlock();
+    if (!done)
+        return CUDA_ERROR_NOT_READY;
+    *ms = (float)((end->at.tv_sec - start->at.tv_sec) * 1e3 +
+                  (end->at.tv_nsec - start->at.tv_nsec) / 1e6);
+    return CUDA_SUCCESS;
+}
+
+typedef struct {
+    fake_stream *stream;
+    unsigned long long target;
+} wait_arg;
+
+static void wait_event_job(void *arg) {
+    wait_arg *w = arg;
+    double waited = 0;
+    while (w->stream->completed < w->target)
+        fake_wait("a stream waiting for an event (cuStreamWaitEvent)", &waited);
+}
+
+CUresult cuStreamWaitEvent(fake_stream *s, fake_event *e, unsigned flags) {
+    (void)flags;
+    fake_lock();
+    wait_arg w = {e->stream, e->target};
+    fake_unlock();
+    if (!w.stream)
+        return CUDA_SUCCESS;
+    if (is_default(s)) {
+        fake_lock();
+        wait_event_job(&w);
+        fake_unlock();
+        return CUDA_SUCCESS;
+    }
+    wait_arg *arg = malloc(sizeof *arg);
+    *arg = w;
+    fake_enqueue(s, wait_event_job, arg);
+    return CUDA_SUCCESS;
+}
+
+/* ---- memory: allocation, free, copies ---- */
+
+CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
+    return alloc_on(ptr, bytes, fake_current_device());
+}
+
+/* Stream-ordered allocation: usable at once here, which is at least as permissive. */
+CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, fake_stream *s) {
+    return alloc_on(ptr, bytes, fake_stream_device(s));
+}
+
+static void free_job(void *arg) { free_now(*(CUdeviceptr *)arg, "cuMemFreeAsync"); }
+
+CUresult cuMemFreeAsync(CUdeviceptr ptr, fake_stream *s) {
+    CUdeviceptr *arg = malloc(sizeof *arg);
+    *arg = ptr;
+    fake_enqueue(s, free_job, arg);
+    return CUDA_SUCCESS;
+}
+
+/* Waits for all work queued so far on every stream, as CUDA's synchronous free does. */
+CUresult cuMemFree_v2(CUdeviceptr ptr) {
+    fake_lock();
+    for (size_t i = 0; i < n_streams; i++)
+        drain(streams[i], "cuMemFree");
+    free_now(ptr, "cuMemFree");
+    fake_unlock();
+    return CUDA_SUCCESS;
+}
+
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    int kind; /* 0 host to device (src is the staged copy below), 1 device to host, 2 d2d */
+    unsigned char staged[];
+} copy_arg;
+
+static void copy_job(void *arg) {
+    copy_arg *c = arg;
+    CUdeviceptr dst = (CUdeviceptr)(uintptr_t)c->dst, src = (CUdeviceptr)(uintptr_t)c->src;
+    switch (c->kind) {
+    case 0:
+        fake_check_device_range(dst, c->bytes, -1, "cuMemcpyHtoDAsync destination");
+        memcpy(c->dst, c->staged, c->bytes);
+        break;
+    case 1:
+        fake_check_device_range(src, c->bytes, -1, "cuMemcpyDtoHAsync source");
+        check_host_range(c->dst, c->bytes, "cuMemcpyDtoHAsync destination");
+        memcpy(c->dst, c->src, c->bytes);
+        break;
+    default:
+        fake_check_device_range(dst, c->bytes, -1, "cuMemcpyDtoDAsync destination");
+        fake_check_device_range(src, c->bytes, -1, "cuMemcpyDtoDAsync source");
+        memmove(c->dst, c->src, c->bytes);
+    }
+}
+
+static CUresult copy(void *dst, const void *src, size_t bytes, int kind, fake_stream *s) {
+    if (bytes == 0)
+        return CUDA_SUCCESS;
+    copy_arg *c = malloc(sizeof *c + (kind == 0 ? bytes : 0));
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *c = (copy_arg){dst, src, bytes, kind};
+    if (kind == 0) {
+        /* Pageable host memory is staged at the call: the caller may reuse it at once. */
+        check_host_range(src, bytes, "cuMemcpyHtoDAsync source");
+        memcpy(c->staged, src, bytes);
+    }
+    fake_enqueue(s, copy_job, c);
+    if (kind == 1 && !is_default(s)) {
+        /* A copy to pageable host memory returns once it is done. */
+        fake_lock();
+        drain(s, "cuMemcpyDtoHAsync");
+        fake_unlock();
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t bytes, fake_stream *s) {
+    return copy((void *)(uintptr_t)dst, src, bytes, 0, s);
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t bytes, fake_stream *s) {
+    return copy(dst, (const void *)(uintptr_t)src, bytes, 1, s);
+}
+
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes, fake_stream *s) {
+    return copy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes, 2, s);
+}
+
+CUresult cuMemcpyPeerAsync(CUdeviceptr dst, fake_ctx *dst_ctx, CUdeviceptr src, fake_ctx *src_ctx,
+                           size_t bytes, fake_stream *s) {
+    (void)dst_ctx;
+    (void)src_ctx;
+    return copy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes, 2, s);
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t bytes) {
+    return copy((void *)(uintptr_t)dst, src, bytes, 0, NULL);
+}
+
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t bytes) {
+    return copy(dst, (const void *)(uintptr_t)src, bytes, 1, NULL);
+}
+
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+    return copy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes, 2, NULL);
+}
+
+typedef struct {
+    CUdeviceptr dst;
+    unsigned char value;
+    size_t bytes;
+} memset_arg;
+
+static void memset_job(void *arg) {
+    memset_arg *m = arg;
+    fake_check_device_range(m->dst, m->bytes, -1, "cuMemsetD8Async");
+    memset((void *)(uintptr_t)m->dst, m->value, m->bytes);
+}
+
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t bytes, fake_stream *s) {
+    memset_arg *m = malloc(sizeof *m);
+    *m = (memset_arg){dst, value, bytes};
+    fake_enqueue(s, memset_job, m);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t bytes) {
+    return cuMemsetD8Async(dst, value, bytes, NULL);
+}
+
+/* ---- errors ---- */
+
+static const struct {
+    CUresult code;
+    const char *name, *text;
+} errors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+};
+
+static CUresult describe_error(CUresult r, int text, const char **out) {
+    for (size_t i = 0; i < sizeof errors / sizeof *errors; i++) {
+        if (errors[i].code == r) {
+            *out = text ? errors[i].text : errors[i].name;
+            return CUDA_SUCCESS;
+        }
+    }
+    *out = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGetErrorName(CUresult r, const char **name) { return describe_error(r, 0, name); }
+
+CUresult cuGetErrorString(CUresult r, const char **text) { return describe_error(r, 1, text); }

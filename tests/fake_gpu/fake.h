@@ -1,0 +1,44 @@
+/* The interface between the simulated CUDA driver (cuda.c, built as libcuda.so) and the
+ * simulated NCCL (nccl.c, built as libnccl.so, linked against it). Both are for tests:
+ * see cuda.c for what they simulate and what they check. */
+#ifndef FAKE_GPU_H
+#define FAKE_GPU_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+typedef struct fake_stream fake_stream;
+
+/* One lock and one condition variable for the whole simulation: every queue, event,
+ * allocation and NCCL clique is read and written under it, and every state change
+ * broadcasts. Jobs run on the stream workers with the lock held. */
+void fake_lock(void);
+void fake_unlock(void);
+/* Waits on the global condition (the lock held); `what` names the wait for the
+ * diagnostic printed, before the process aborts, when it exceeds FAKE_GPU_TIMEOUT_S. */
+void fake_wait(const char *what, double *waited);
+void fake_broadcast(void);
+
+/* Queues `run(arg)` on `stream` (NULL: the legacy default stream, which runs it at once,
+ * on the caller's thread). `run` is called with the lock held; `arg` is then freed. */
+void fake_enqueue(fake_stream *stream, void (*run)(void *), void *arg);
+/* The ordinal of the stream's GPU. */
+int fake_stream_device(fake_stream *stream);
+/* The ordinal of the calling thread's current context, or -1. */
+int fake_current_device(void);
+/* Aborts the process (after printing why) unless [ptr, ptr + bytes) lies in one live
+ * allocation of GPU `device` (any GPU when `device` is -1). The lock must be held. */
+void fake_check_device_range(unsigned long long ptr, size_t bytes, int device, const char *what);
+
+/* Prints "fake GPU: <message>" and aborts the process: a call the real library would
+ * answer with undefined behaviour, a crash or a hang. */
+void fake_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+
+/* Fault injection, called by tests (tests/nccl_gpu/simulated.rs):
+ *   void fake_gpu_fail_alloc(int device, size_t min_bytes);  (cuda.c)
+ *   void fake_nccl_fail_call(int device, int nth);           (nccl.c)
+ * and a count of NCCL launches and collective calls per GPU:
+ *   void fake_nccl_counts(int device, unsigned long long *launches,
+ *                         unsigned long long *calls);         (nccl.c) */
+
+#endif

@@ -1,0 +1,602 @@
+/* A simulated NCCL, built as libnccl.so over the simulated driver (cuda.c): the ranks of
+ * a communicator are threads of this process, collectives run on the stream workers and
+ * meet in a rendezvous, with NCCL's arithmetic (float Avg pre-multiplied by 1/n, integer
+ * Avg divided after the sum, each step rounded to the element type).
+ *
+ * What it checks, aborting the process with a message where real NCCL would hang,
+ * corrupt memory or misbehave: the ranks' calls pair up (the same collective, count,
+ * type, operation and root, in the same order), every buffer is live memory of the
+ * communicator's GPU when the collective runs, one GPU is not in a communicator twice, a
+ * communicator is not used after ncclCommAbort, and a collective whose peer aborted
+ * waits (as on a GPU) until its own communicator is aborted. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fake.h"
+
+typedef int ncclResult_t;
+enum {
+    ncclSuccess = 0,
+    ncclInternalError = 3,
+    ncclInvalidArgument = 4,
+    ncclInvalidUsage = 5,
+};
+
+typedef struct {
+    char internal[128];
+} ncclUniqueId;
+
+enum kind { ALL_REDUCE, BROADCAST, REDUCE, ALL_GATHER, REDUCE_SCATTER };
+static const char *kind_names[] = {"AllReduce", "Broadcast", "Reduce", "AllGather",
+                                   "ReduceScatter"};
+enum red { SUM, PROD, MAX, MIN, AVG };
+enum dtype { I8, U8, I32, U32, I64, U64, F16, F32, F64, BF16, N_TYPES };
+static const size_t type_size[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+
+struct comm;
+
+typedef struct {
+    int kind;
+    const void *send;
+    void *recv;
+    size_t count;
+    int dtype, red, root;
+    struct comm *comm;
+    fake_stream *stream;
+} op;
+
+typedef struct clique {
+    ncclUniqueId id;
+    int nranks, joined;
+    struct comm **ranks;
+    /* The rendezvous of the collective in progress. */
+    op *ops;
+    int arrived;
+    unsigned long long generation;
+    int broken; /* a rank aborted: collectives never complete again */
+    struct clique *next;
+} clique;
+
+typedef struct comm {
+    clique *clique;
+    int rank, device, aborted;
+} comm;
+
+static clique *cliques;
+
+ncclResult_t ncclGetVersion(int *version) {
+    *version = 22304;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    static unsigned long long next;
+    memset(id, 0, sizeof *id);
+    fake_lock();
+    unsigned long long n = ++next;
+    fake_unlock();
+    snprintf(id->internal, sizeof id->internal, "fake-nccl-%llu", n);
+    return ncclSuccess;
+}
+
+const char *ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    default: return "error";
+    }
+}
+
+const char *ncclGetLastError(comm *c) {
+    (void)c;
+    return "";
+}
+
+ncclResult_t ncclCommInitRank(comm **out, int nranks, ncclUniqueId id, int rank) {
+    int device = fake_current_device();
+    if (device < 0) {
+        fprintf(stderr, "fake NCCL: ncclCommInitRank without a current CUDA context\n");
+        return ncclInvalidUsage;
+    }
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return ncclInvalidArgument;
+    fake_lock();
+    clique *c = cliques;
+    while (c && memcmp(&c->id, &id, sizeof id))
+        c = c->next;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        c->id = id;
+        c->nranks = nranks;
+        c->ranks = calloc((size_t)nranks, sizeof *c->ranks);
+        c->ops = calloc((size_t)nranks, sizeof *c->ops);
+        c->next = cliques;
+        cliques = c;
+    }
+    if (c->nranks != nranks)
+        fake_die("ncclCommInitRank: rank %d says %d ranks, another said %d", rank, nranks,
+                 c->nranks);
+    if (c->ranks[rank])
+        fake_die("ncclCommInitRank: rank %d joined twice", rank);
+    for (int r = 0; r < nranks; r++) {
+        if (c->ranks[r] && c->ranks[r]->device == device) {
+            fake_unlock();
+            fprintf(stderr, "fake NCCL: duplicate GPU %d (ranks %d and %d)\n", device, r, rank);
+            return ncclInvalidUsage;
+        }
+    }
+    comm *me = calloc(1, sizeof *me);
+    *me = (comm){c, rank, device, 0};
+    c->ranks[rank] = me;
+    c->joined++;
+    fake_broadcast();
+    double waited = 0;
+    while (c->joined < c->nranks)
+        fake_wait("ncclCommInitRank waiting for the other ranks", &waited);
+    fake_unlock();
+    *out = me;
+    return ncclSuccess;
+}
+
+/* Stops this rank's queued collectives; its peers' collectives never complete again
+ * (until their own communicators are aborted), as on GPUs. */
+ncclResult_t ncclCommAbort(comm *c) {
+    if (!c)
+        return ncclSuccess;
+    fake_lock();
+    if (c->aborted)
+        fake_die("ncclCommAbort twice on rank %d", c->rank);
+    c->aborted = 1;
+    c->clique->broken = 1;
+    fake_broadcast();
+    fake_unlock();
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(comm *c) { return ncclCommAbort(c); }
+
+ncclResult_t ncclCommCount(const comm *c, int *count) {
+    *count = c->clique->nranks;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommUserRank(const comm *c, int *rank) {
+    *rank = c->rank;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommCuDevice(const comm *c, int *device) {
+    *device = c->device;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(comm *c, ncclResult_t *result) {
+    (void)c;
+    *result = ncclSuccess;
+    return ncclSuccess;
+}
+
+/* ---- arithmetic ---- */
+
+static float from_bits(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint32_t to_bits(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    return x;
+}
+
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000 | (man << 13);
+    } else if (exp) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (man) {
+        /* subnormal: normalise */
+        int e = -1;
+        do {
+            e++;
+            man <<= 1;
+        } while (!(man & 0x400));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+    } else {
+        bits = sign;
+    }
+    return from_bits(bits);
+}
+
+static uint16_t float_to_half(float f) {
+    uint32_t x = to_bits(f);
+    uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff, man = x & 0x7fffff;
+    if (exp == 0xff)
+        return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 0x1f)
+        return (uint16_t)(sign | 0x7c00);
+    if (e <= 0) {
+        if (e < -10)
+            return (uint16_t)sign;
+        man |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - e), half = man >> shift, rest = man & ((1u << shift) - 1),
+                 mid = 1u << (shift - 1);
+        if (rest > mid || (rest == mid && (half & 1)))
+            half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = ((uint32_t)e << 10) | (man >> 13), rest = man & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (half & 1)))
+        half++; /* may carry into the exponent, up to infinity: correct */
+    return (uint16_t)(sign | half);
+}
+
+static float bf16_to_float(uint16_t b) { return from_bits((uint32_t)b << 16); }
+
+static uint16_t float_to_bf16(float f) {
+    uint32_t x = to_bits(f);
+    if ((x & 0x7fffffff) > 0x7f800000)
+        return (uint16_t)((x >> 16) | 0x40);
+    return (uint16_t)((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+static float fred(int red, float a, float b) {
+    switch (red) {
+    case PROD: return a * b;
+    case MAX: return b > a ? b : a;
+    case MIN: return b < a ? b : a;
+    default: return a + b;
+    }
+}
+
+static double dred(int red, double a, double b) {
+    switch (red) {
+    case PROD: return a * b;
+    case MAX: return b > a ? b : a;
+    case MIN: return b < a ? b : a;
+    default: return a + b;
+    }
+}
+
+#define INT_STEP(T, UT)                                                                    \
+    {                                                                                      \
+        T *a = acc;                                                                        \
+        const T *b = x;                                                                    \
+        for (size_t i = 0; i < n; i++) {                                                   \
+            T v = first ? (T)0 : a[i];                                                     \
+            switch (red) {                                                                 \
+            case PROD: v = first ? b[i] : (T)((UT)v * (UT)b[i]); break;                    \
+            case MAX: v = first || b[i] > v ? b[i] : v; break;                             \
+            case MIN: v = first || b[i] < v ? b[i] : v; break;                             \
+            default: v = (T)((UT)v + (UT)b[i]);                                            \
+            }                                                                              \
+            a[i] = v;                                                                      \
+        }                                                                                  \
+    }
+
+/* acc = acc (op) x, elementwise over n elements (acc = x's term when `first`). Avg: a
+ * float term is x * (1 / nranks); integers sum here and divide in `finish`. */
+static void step(int dtype, int red, void *acc, const void *x, size_t n, int first, int nranks) {
+    int avg = red == AVG;
+    switch (dtype) {
+    case I8: INT_STEP(int8_t, uint8_t) break;
+    case U8: INT_STEP(uint8_t, uint8_t) break;
+    case I32: INT_STEP(int32_t, uint32_t) break;
+    case U32: INT_STEP(uint32_t, uint32_t) break;
+    case I64: INT_STEP(int64_t, uint64_t) break;
+    case U64: INT_STEP(uint64_t, uint64_t) break;
+    case F32: {
+        float *a = acc;
+        const float *b = x;
+        for (size_t i = 0; i < n; i++) {
+            float t = avg ? b[i] * (1.0f / (float)nranks) : b[i];
+            a[i] = first ? t : fred(red, a[i], t);
+        }
+        break;
+    }
+    case F64: {
+        double *a = acc;
+        const double *b = x;
+        for (size_t i = 0; i < n; i++) {
+            double t = avg ? b[i] * (1.0 / nranks) : b[i];
+            a[i] = first ? t : dred(red, a[i], t);
+        }
+        break;
+    }
+    case F16:
+    case BF16: {
+        uint16_t *a = acc;
+        const uint16_t *b = x;
+        for (size_t i = 0; i < n; i++) {
+            float bx = dtype == F16 ? half_to_float(b[i]) : bf16_to_float(b[i]);
+            float t = avg ? bx * (1.0f / (float)nranks) : bx;
+            float ax = dtype == F16 ? half_to_float(a[i]) : bf16_to_float(a[i]);
+            float r = first ? t : fred(red, ax, t);
+            a[i] = dtype == F16 ? float_to_half(r) : float_to_bf16(r);
+        }
+        break;
+    }
+    }
+}
+
+#define INT_DIV(T)                                                                         \
+    {                                                                                      \
+        T *a = acc;                                                                        \
+        for (size_t i = 0; i < n; i++)                                                     \
+            a[i] = (T)(a[i] / (T)nranks);                                                  \
+    }
+
+static void finish(int dtype, int red, void *acc, size_t n, int nranks) {
+    if (red != AVG)
+        return;
+    switch (dtype) {
+    case I8: INT_DIV(int8_t) break;
+    case U8: INT_DIV(uint8_t) break;
+    case I32: INT_DIV(int32_t) break;
+    case U32: INT_DIV(uint32_t) break;
+    case I64: INT_DIV(int64_t) break;
+    case U64: INT_DIV(uint64_t) break;
+    default: break;
+    }
+}
+
+/* The reduction of `n` elements at element offset `at` of every rank's send buffer. */
+static void reduce_all(const clique *c, size_t at, size_t n, void *acc) {
+    const op *o = c->ops;
+    size_t sz = type_size[o->dtype];
+    for (int r = 0; r < c->nranks; r++)
+        step(o->dtype, o->red, acc, (const char *)c->ops[r].send + at * sz, n, r == 0,
+             c->nranks);
+    finish(o->dtype, o->red, acc, n, c->nranks);
+}
+
+/* ---- collectives ---- */
+
+static void describe(const op *o, char *buf, size_t len) {
+    snprintf(buf, len, "%s(count %zu, type %d, op %d, root %d)", kind_names[o->kind], o->count,
+             o->dtype, o->red, o->root);
+}
+
+static void check_buffers(const op *o, int nranks) {
+    size_t bytes = o->count * type_size[o->dtype];
+    size_t send = bytes, recv = bytes;
+    if (o->kind == ALL_GATHER)
+        recv *= (size_t)nranks;
+    if (o->kind == REDUCE_SCATTER)
+        send *= (size_t)nranks;
+    if (o->kind == BROADCAST && o->comm->rank != o->root)
+        send = 0;
+    if (o->kind == REDUCE && o->comm->rank != o->root)
+        recv = 0;
+    char what[96];
+    snprintf(what, sizeof what, "nccl%s send buffer of rank %d", kind_names[o->kind],
+             o->comm->rank);
+    fake_check_device_range((unsigned long long)(uintptr_t)o->send, send, o->comm->device, what);
+    snprintf(what, sizeof what, "nccl%s receive buffer of rank %d", kind_names[o->kind],
+             o->comm->rank);
+    fake_check_device_range((unsigned long long)(uintptr_t)o->recv, recv, o->comm->device, what);
+}
+
+/* Runs the collective once every rank has arrived (the lock held). */
+static void complete(clique *c) {
+    int n = c->nranks;
+    const op *o = c->ops;
+    for (int r = 1; r < n; r++) {
+        const op *p = &c->ops[r];
+        if (p->kind != o->kind || p->count != o->count || p->dtype != o->dtype ||
+            (p->kind != BROADCAST && p->kind != ALL_GATHER && p->red != o->red) ||
+            ((p->kind == BROADCAST || p->kind == REDUCE) && p->root != o->root)) {
+            char a[128], b[128];
+            describe(o, a, sizeof a);
+            describe(p, b, sizeof b);
+            fake_die("NCCL calls out of step: rank 0 called %s, rank %d called %s", a, r, b);
+        }
+    }
+    size_t sz = type_size[o->dtype], count = o->count, bytes = count * sz;
+    /* Into a scratch buffer first: the collectives may run in place. */
+    size_t total = o->kind == ALL_GATHER || o->kind == REDUCE_SCATTER ? bytes * (size_t)n : bytes;
+    unsigned char *tmp = malloc(total ? total : 1);
+    switch (o->kind) {
+    case ALL_REDUCE:
+    case REDUCE:
+        reduce_all(c, 0, count, tmp);
+        for (int r = 0; r < n; r++)
+            if (o->kind == ALL_REDUCE || r == o->root)
+                memcpy(c->ops[r].recv, tmp, bytes);
+        break;
+    case BROADCAST:
+        memcpy(tmp, c->ops[o->root].send, bytes);
+        for (int r = 0; r < n; r++)
+            memcpy(c->ops[r].recv, tmp, bytes);
+        break;
+    case ALL_GATHER:
+        for (int r = 0; r < n; r++)
+            memcpy(tmp + (size_t)r * bytes, c->ops[r].send, bytes);
+        for (int r = 0; r < n; r++)
+            memcpy(c->ops[r].recv, tmp, total);
+        break;
+    case REDUCE_SCATTER:
+        for (int r = 0; r < n; r++)
+            reduce_all(c, (size_t)r * count, count, tmp + (size_t)r * bytes);
+        for (int r = 0; r < n; r++)
+            memcpy(c->ops[r].recv, tmp + (size_t)r * bytes, bytes);
+        break;
+    }
+    free(tmp);
+}
+
+static void run_op(op *o) {
+    comm *me = o->comm;
+    clique *c = me->clique;
+    double waited = 0;
+    if (me->aborted)
+        return;
+    if (!c->broken) {
+        check_buffers(o, c->nranks);
+        c->ops[me->rank] = *o;
+        if (++c->arrived == c->nranks) {
+            complete(c);
+            c->arrived = 0;
+            c->generation++;
+            fake_broadcast();
+            return;
+        }
+        unsigned long long g = c->generation;
+        while (c->generation == g && !c->broken)
+            fake_wait("an NCCL collective waiting for its peers", &waited);
+        if (c->generation != g)
+            return;
+    }
+    while (!me->aborted)
+        fake_wait("an NCCL collective of a communicator whose peer aborted (this rank's own "
+                  "communicator is never aborted)",
+                  &waited);
+}
+
+typedef struct {
+    size_t n;
+    op ops[];
+} batch;
+
+static void batch_job(void *arg) {
+    batch *b = arg;
+    for (size_t i = 0; i < b->n; i++)
+        run_op(&b->ops[i]);
+}
+
+/* The calls between ncclGroupStart and ncclGroupEnd on this thread. */
+static __thread int group_depth;
+static __thread op *pending;
+static __thread size_t n_pending, cap_pending;
+
+/* Per GPU: kernel launches (a group, or a call outside one) and collective calls. */
+static unsigned long long launches[64], calls[64];
+
+void fake_nccl_counts(int device, unsigned long long *n_launches, unsigned long long *n_calls) {
+    fake_lock();
+    *n_launches = device >= 0 && device < 64 ? launches[device] : 0;
+    *n_calls = device >= 0 && device < 64 ? calls[device] : 0;
+    fake_unlock();
+}
+
+static void launch(op *ops, size_t n) {
+    /* One job per stream, in call order: a group is one launch per stream. */
+    for (size_t i = 0; i < n; i++) {
+        if (!ops[i].comm)
+            continue;
+        fake_stream *s = ops[i].stream;
+        int device = ops[i].comm->device;
+        fake_lock();
+        if (device < 64)
+            launches[device]++;
+        fake_unlock();
+        size_t k = 0;
+        for (size_t j = i; j < n; j++)
+            if (ops[j].comm && ops[j].stream == s)
+                k++;
+        batch *b = malloc(sizeof *b + k * sizeof(op));
+        b->n = 0;
+        for (size_t j = i; j < n; j++) {
+            if (ops[j].comm && ops[j].stream == s) {
+                b->ops[b->n++] = ops[j];
+                ops[j].comm = NULL;
+            }
+        }
+        fake_enqueue(s, batch_job, b);
+    }
+}
+
+/* Fault injection, for tests: the `fail_nth`-th collective called from now on GPU
+ * `fail_device` fails with ncclInternalError (as an asynchronous NCCL error would). */
+static int fail_device = -1, fail_nth;
+
+void fake_nccl_fail_call(int device, int nth) {
+    fake_lock();
+    fail_device = device;
+    fail_nth = nth;
+    fake_unlock();
+}
+
+static ncclResult_t submit(op o) {
+    if (!o.comm)
+        return ncclInvalidArgument;
+    fake_lock();
+    int aborted = o.comm->aborted;
+    int fail = o.comm->device == fail_device && --fail_nth == 0;
+    if (fail)
+        fail_device = -1;
+    fake_unlock();
+    if (fail)
+        return ncclInternalError;
+    if (aborted)
+        fake_die("nccl%s on rank %d after ncclCommAbort", kind_names[o.kind], o.comm->rank);
+    if (o.dtype < 0 || o.dtype >= N_TYPES || o.red < 0 || o.red > AVG)
+        return ncclInvalidArgument;
+    if ((o.kind == BROADCAST || o.kind == REDUCE) &&
+        (o.root < 0 || o.root >= o.comm->clique->nranks))
+        return ncclInvalidArgument;
+    if (fake_stream_device(o.stream) != o.comm->device)
+        fake_die("nccl%s on rank %d: a stream of GPU %d, the communicator is on GPU %d",
+                 kind_names[o.kind], o.comm->rank, fake_stream_device(o.stream),
+                 o.comm->device);
+    fake_lock();
+    if (o.comm->device < 64)
+        calls[o.comm->device]++;
+    fake_unlock();
+    if (group_depth == 0) {
+        launch(&o, 1);
+        return ncclSuccess;
+    }
+    if (n_pending == cap_pending) {
+        cap_pending = cap_pending ? 2 * cap_pending : 16;
+        pending = realloc(pending, cap_pending * sizeof *pending);
+    }
+    pending[n_pending++] = o;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupStart(void) {
+    group_depth++;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void) {
+    if (group_depth == 0)
+        return ncclInvalidUsage;
+    if (--group_depth == 0) {
+        launch(pending, n_pending);
+        n_pending = 0;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int red,
+                           comm *c, fake_stream *s) {
+    return submit((op){ALL_REDUCE, send, recv, count, dtype, red, 0, c, s});
+}
+
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, int dtype, int root,
+                           comm *c, fake_stream *s) {
+    return submit((op){BROADCAST, send, recv, count, dtype, SUM, root, c, s});
+}
+
+ncclResult_t ncclReduce(const void *send, void *recv, size_t count, int dtype, int red, int root,
+                        comm *c, fake_stream *s) {
+    return submit((op){REDUCE, send, recv, count, dtype, red, root, c, s});
+}
+
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, int dtype, comm *c,
+                           fake_stream *s) {
+    return submit((op){ALL_GATHER, send, recv, count, dtype, SUM, 0, c, s});
+}
+
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, int dtype, int red,
+                               comm *c, fake_stream *s) {
+    return submit((op){REDUCE_SCATTER, send, recv, count, dtype, red, 0, c, s});
+}

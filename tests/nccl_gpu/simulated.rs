@@ -1,0 +1,264 @@
+//! The GPU tests on a simulated GPU, so that they run on every machine with a C compiler:
+//! `tests/fake_gpu/` holds a CUDA driver and an NCCL written for this (two GPUs whose
+//! memory is host memory, one worker thread per stream, collectives between the ranks'
+//! threads), built here and loaded instead of the real libraries by running this test
+//! binary again with them first on `LD_LIBRARY_PATH`.
+//!
+//! The simulation checks what a GPU would not report: every device address lies in a live
+//! allocation of the right GPU when the stream reaches it (so a free that overtakes a use
+//! on another stream is caught), the ranks' NCCL calls pair up, no communicator is used
+//! after its abort, and no wait lasts long; a violation aborts the run with a message. It
+//! also injects faults (a failed allocation, a failed NCCL call), which real GPUs give no
+//! way to do: the tests of the failure model below need it and skip without it.
+//!
+//! It shows nothing about kernels, speed or real NCCL; `scripts/gpu-check.sh` runs the
+//! same tests on real GPUs.
+
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::*;
+use actorgraph::nccl::cudarc;
+
+const SUITE: &str = "simulated::the_gpu_tests_pass_on_a_simulated_gpu";
+
+/// Builds `libcuda.so` and `libnccl.so` from `tests/fake_gpu/` into `dir`.
+fn build_fakes(dir: &Path) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fake-gpu.sh");
+    let output = Command::new("sh")
+        .arg(&script)
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        output.status.success(),
+        "{} failed (it needs a C compiler: $CC, or `cc`):\n{}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn the_gpu_tests_pass_on_a_simulated_gpu() {
+    if std::env::var_os("ACTORGRAPH_SIMULATED_GPU").is_some() {
+        return; // the run below
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake_gpu");
+    build_fakes(&dir);
+    let mut path = dir.clone().into_os_string();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        path.push(":");
+        path.push(old);
+    }
+    let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
+    // One test at a time: libtest then names each before it runs, so a run that the
+    // simulation aborts names its test.
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--test-threads=1", "--skip", SUITE])
+        .env("LD_LIBRARY_PATH", path)
+        .env("ACTORGRAPH_SIMULATED_GPU", "1")
+        .env("ACTORGRAPH_REQUIRE_GPU", "1")
+        .env("FAKE_GPU_COUNT", "2")
+        .env("FAKE_GPU_TIMEOUT_S", "30")
+        .stdin(Stdio::null())
+        .stdout(log("stdout.txt"))
+        .stderr(log("stderr.txt"))
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > Duration::from_secs(300) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let (stdout, stderr) = (read("stdout.txt"), read("stderr.txt"));
+    let Some(status) = status else {
+        panic!("the simulated-GPU run took over 300 s:\n{stdout}\n{stderr}");
+    };
+    assert!(
+        status.success(),
+        "the GPU tests failed on the simulated GPU ({status}):\n{stdout}\n{stderr}"
+    );
+    let summary = stdout.lines().filter(|l| l.starts_with("test result"));
+    eprintln!("simulated GPU: {}", summary.collect::<Vec<_>>().join(" "));
+}
+
+/// The simulation's controls: fault injection and NCCL counters.
+struct Sim {
+    fail_alloc: unsafe extern "C" fn(c_int, usize),
+    fail_nccl_call: unsafe extern "C" fn(c_int, c_int),
+    nccl_counts: unsafe extern "C" fn(c_int, *mut u64, *mut u64),
+}
+
+/// The controls, or `None` (after saying why) when this process does not run on the
+/// simulation.
+fn sim() -> Option<Sim> {
+    let n = gpus()?;
+    if n < 2 {
+        eprintln!("skipped: needs 2 GPUs, this machine has {n}");
+        return None;
+    }
+    // SAFETY: the libraries are loaded (`gpus` asked the driver); the symbols, where they
+    // exist, are the simulation's functions of these signatures (tests/fake_gpu/fake.h).
+    let found = unsafe {
+        let cuda = cudarc::driver::sys::culib();
+        let nccl = cudarc::nccl::sys::culib();
+        (
+            cuda.get::<unsafe extern "C" fn(c_int, usize)>(b"fake_gpu_fail_alloc\0")
+                .map(|f| *f),
+            nccl.get::<unsafe extern "C" fn(c_int, c_int)>(b"fake_nccl_fail_call\0")
+                .map(|f| *f),
+            nccl.get::<unsafe extern "C" fn(c_int, *mut u64, *mut u64)>(b"fake_nccl_counts\0")
+                .map(|f| *f),
+        )
+    };
+    match found {
+        (Ok(fail_alloc), Ok(fail_nccl_call), Ok(nccl_counts)) => Some(Sim {
+            fail_alloc,
+            fail_nccl_call,
+            nccl_counts,
+        }),
+        _ => {
+            eprintln!("skipped: needs the simulated GPU (its fault injection and counters)");
+            None
+        }
+    }
+}
+
+impl Sim {
+    /// The next allocation of at least `bytes` on GPU `device` fails.
+    fn fail_alloc(&self, device: usize, bytes: usize) {
+        // SAFETY: a plain call into the simulation.
+        unsafe { (self.fail_alloc)(device as c_int, bytes) }
+    }
+
+    /// The `nth` NCCL collective called from now on GPU `device` fails.
+    fn fail_nccl_call(&self, device: usize, nth: usize) {
+        // SAFETY: a plain call into the simulation.
+        unsafe { (self.fail_nccl_call)(device as c_int, nth as c_int) }
+    }
+
+    /// NCCL kernel launches (a group, or a call outside one) and collective calls so far
+    /// on GPU `device`.
+    fn nccl_counts(&self, device: usize) -> (u64, u64) {
+        let (mut launches, mut calls) = (0, 0);
+        // SAFETY: a plain call into the simulation, writing two locals.
+        unsafe { (self.nccl_counts)(device as c_int, &mut launches, &mut calls) };
+        (launches, calls)
+    }
+}
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn pair_sum() -> PairSum {
+    PairSum::launch(
+        vec![Pair { rank: 0 }, Pair { rank: 1 }],
+        Nccl::new([0, 1]).unwrap(),
+    )
+    .unwrap()
+}
+
+fn assert_exact_sums(g: &mut PairSum) {
+    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let out = g.execute_timeout(LONG).unwrap();
+    for (t, l) in &out {
+        assert_eq!((host(t), *l), (want.clone(), 3.0));
+    }
+}
+
+#[test]
+fn a_failed_stage_buffer_allocation_on_one_gpu_fails_that_execute_only() {
+    let Some(sim) = sim() else { return };
+    let _serial = serial();
+    let mut g = pair_sum();
+    // The stage's f32 buffer: the gradient's 2^16 elements and the loss. The gradient
+    // itself (2^18 bytes) is below the threshold.
+    sim.fail_alloc(1, (1 << 18) + 1);
+    match g.execute_timeout(LONG) {
+        Err(Error::Gpu { call, message }) => {
+            assert_eq!(call, "cuMemAlloc");
+            assert_eq!(message, "CUDA_ERROR_OUT_OF_MEMORY: out of memory");
+        }
+        other => panic!("expected the allocation's error, got {other:?}"),
+    }
+    // The failure reached the peer through the agreement: the group goes on.
+    assert_exact_sums(&mut g);
+    assert_exact_sums(&mut g);
+    g.teardown().unwrap();
+}
+
+#[test]
+fn a_failed_nccl_call_on_one_rank_ends_the_group_without_a_hang() {
+    let Some(sim) = sim() else { return };
+    let _serial = serial();
+    // A stage's first collective is its agreement, its second the payload; a failure in
+    // either leaves the peer waiting in a collective that will never complete, until the
+    // group is aborted.
+    for (nth, call) in [(1, "ncclAllGather"), (2, "ncclAllReduce")] {
+        let mut g = pair_sum();
+        assert_exact_sums(&mut g);
+        sim.fail_nccl_call(1, nth);
+        match g.execute_timeout(LONG) {
+            Err(Error::Gpu { call: c, message }) => {
+                assert_eq!((c, message.as_str()), (call, "ncclInternalError"))
+            }
+            other => panic!("expected {call}'s error, got {other:?}"),
+        }
+        // NCCL calls can no longer pair up: the group is over, and says so.
+        for _ in 0..2 {
+            match g.execute_timeout(LONG) {
+                Err(Error::Broken { group, reason }) => {
+                    assert_eq!(group, "ns");
+                    assert!(reason.contains("aborted"), "{reason}");
+                }
+                other => panic!("expected Error::Broken, got {other:?}"),
+            }
+        }
+        g.teardown().unwrap();
+    }
+}
+
+#[test]
+fn every_stage_is_one_agreement_then_one_nccl_launch() {
+    let Some(sim) = sim() else { return };
+    let _serial = serial();
+    let makers = || vec![Maker { calls: 0 }, Maker { calls: 0 }];
+    let per_execute = |g: &mut dyn FnMut()| {
+        let before: Vec<_> = (0..2).map(|d| sim.nccl_counts(d)).collect();
+        g();
+        (0..2)
+            .map(|d| {
+                let (l, c) = sim.nccl_counts(d);
+                (l - before[d].0, c - before[d].1)
+            })
+            .collect::<Vec<_>>()
+    };
+
+    // Seven values of five dtypes in one allreduce: an all-gather of the headers, then
+    // one group of five calls (one per dtype region).
+    let mut g = MixedSum::launch(makers(), Nccl::new([0, 1]).unwrap()).unwrap();
+    for _ in 0..3 {
+        let counts = per_execute(&mut || drop(g.execute_timeout(LONG).unwrap()));
+        assert_eq!(counts, vec![(2, 6); 2]);
+    }
+    g.teardown().unwrap();
+
+    // Two stages (allreduce, allgather) over an empty f32, a 4-element f32 and an empty
+    // i32: empty regions and values make no call.
+    let mut g = Empties::launch(makers(), Nccl::new([0, 1]).unwrap()).unwrap();
+    for _ in 0..3 {
+        let counts = per_execute(&mut || drop(g.execute_timeout(LONG).unwrap()));
+        assert_eq!(counts, vec![(4, 4); 2]);
+    }
+    g.teardown().unwrap();
+}
