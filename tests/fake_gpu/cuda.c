@@ -419,6 +419,21 @@ CUresult cuStreamDestroy_v2(fake_stream *s) {
     return CUDA_SUCCESS;
 }
 
+/* Per GPU: host calls that wait for (or poll) a stream's progress, for tests. */
+static unsigned long long host_waits[MAX_GPUS];
+
+static void count_wait(int device) {
+    if (device >= 0 && device < MAX_GPUS)
+        host_waits[device]++;
+}
+
+unsigned long long fake_gpu_host_waits(int device) {
+    fake_lock();
+    unsigned long long n = device >= 0 && device < MAX_GPUS ? host_waits[device] : 0;
+    fake_unlock();
+    return n;
+}
+
 static void drain(fake_stream *s, const char *what) {
     unsigned long long target = s->enqueued;
     double waited = 0;
@@ -430,6 +445,7 @@ CUresult cuStreamSynchronize(fake_stream *s) {
     if (is_default(s))
         return CUDA_SUCCESS;
     fake_lock();
+    count_wait(s->device);
     drain(s, "cuStreamSynchronize");
     fake_unlock();
     return CUDA_SUCCESS;
@@ -448,6 +464,7 @@ CUresult cuStreamQuery(fake_stream *s) {
 CUresult cuCtxSynchronize(void) {
     int device = fake_current_device();
     fake_lock();
+    count_wait(device);
     for (size_t i = 0; i < n_streams; i++)
         if (device < 0 || streams[i]->device == device)
             drain(streams[i], "cuCtxSynchronize");
@@ -515,6 +532,8 @@ static int event_done(fake_event *e) { return !e->stream || e->stream->completed
  * waits for it: say so rather than spin forever. */
 CUresult cuEventQuery(fake_event *e) {
     fake_lock();
+    if (e->stream)
+        count_wait(e->stream->device);
     CUresult r = CUDA_SUCCESS;
     if (!event_done(e)) {
         r = CUDA_ERROR_NOT_READY;
@@ -532,6 +551,8 @@ CUresult cuEventQuery(fake_event *e) {
 
 CUresult cuEventSynchronize(fake_event *e) {
     fake_lock();
+    if (e->stream)
+        count_wait(e->stream->device);
     double waited = 0;
     while (!event_done(e))
         fake_wait("cuEventSynchronize", &waited);
@@ -655,6 +676,7 @@ static CUresult copy(void *dst, const void *src, size_t bytes, int kind, fake_st
     if (kind == 1 && !is_default(s)) {
         /* A copy to pageable host memory returns once it is done. */
         fake_lock();
+        count_wait(s->device);
         drain(s, "cuMemcpyDtoHAsync");
         fake_unlock();
     }

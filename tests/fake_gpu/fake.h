@@ -37,8 +37,11 @@ void fake_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2
 /* Fault injection, called by tests (tests/nccl_gpu/simulated.rs):
  *   void fake_gpu_fail_alloc(int device, size_t min_bytes);  (cuda.c)
  *   void fake_nccl_fail_call(int device, int nth);           (nccl.c)
- * and a count of NCCL launches and collective calls per GPU:
+ * counts of NCCL launches and collective calls per GPU:
  *   void fake_nccl_counts(int device, unsigned long long *launches,
- *                         unsigned long long *calls);         (nccl.c) */
+ *                         unsigned long long *calls);         (nccl.c)
+ * and of host calls that wait for, or poll, a stream of a GPU (stream and event
+ * synchronisation, event queries, copies to the host):
+ *   unsigned long long fake_gpu_host_waits(int device);      (cuda.c) */
 
 #endif

@@ -98,6 +98,7 @@ struct Sim {
     fail_alloc: unsafe extern "C" fn(c_int, usize),
     fail_nccl_call: unsafe extern "C" fn(c_int, c_int),
     nccl_counts: unsafe extern "C" fn(c_int, *mut u64, *mut u64),
+    host_waits: unsafe extern "C" fn(c_int) -> u64,
 }
 
 /// The controls, or `None` (after saying why) when this process does not run on the
@@ -120,13 +121,16 @@ fn sim() -> Option<Sim> {
                 .map(|f| *f),
             nccl.get::<unsafe extern "C" fn(c_int, *mut u64, *mut u64)>(b"fake_nccl_counts\0")
                 .map(|f| *f),
+            cuda.get::<unsafe extern "C" fn(c_int) -> u64>(b"fake_gpu_host_waits\0")
+                .map(|f| *f),
         )
     };
     match found {
-        (Ok(fail_alloc), Ok(fail_nccl_call), Ok(nccl_counts)) => Some(Sim {
+        (Ok(fail_alloc), Ok(fail_nccl_call), Ok(nccl_counts), Ok(host_waits)) => Some(Sim {
             fail_alloc,
             fail_nccl_call,
             nccl_counts,
+            host_waits,
         }),
         _ => {
             eprintln!("skipped: needs the simulated GPU (its fault injection and counters)");
@@ -155,6 +159,12 @@ impl Sim {
         // SAFETY: a plain call into the simulation, writing two locals.
         unsafe { (self.nccl_counts)(device as c_int, &mut launches, &mut calls) };
         (launches, calls)
+    }
+
+    /// Host calls so far that waited for, or polled, a stream of GPU `device`.
+    fn host_waits(&self, device: usize) -> u64 {
+        // SAFETY: a plain call into the simulation.
+        unsafe { (self.host_waits)(device as c_int) }
     }
 }
 
@@ -197,59 +207,85 @@ fn a_failed_stage_buffer_allocation_on_one_gpu_fails_that_execute_only() {
     g.teardown().unwrap();
 }
 
+type Outcome = Result<(), Error>;
+
+/// One good execution, then the `nth` NCCL call on GPU 1 fails: the next execution's
+/// outcome, and two more.
+fn fail_then_run(
+    sim: &Sim,
+    nth: usize,
+    mut execute: impl FnMut() -> Outcome,
+) -> (Outcome, Vec<Outcome>) {
+    execute().unwrap();
+    sim.fail_nccl_call(1, nth);
+    let first = execute();
+    (first, (0..2).map(|_| execute()).collect())
+}
+
 #[test]
 fn a_failed_nccl_call_on_one_rank_ends_the_group_without_a_hang() {
     let Some(sim) = sim() else { return };
     let _serial = serial();
-    // A stage's first collective is its agreement, its second the payload; a failure in
-    // either leaves the peer waiting in a collective that will never complete, until the
-    // group is aborted.
-    for (nth, call) in [(1, "ncclAllGather"), (2, "ncclAllReduce")] {
-        let mut g = pair_sum();
-        assert_exact_sums(&mut g);
-        sim.fail_nccl_call(1, nth);
-        match g.execute_timeout(LONG) {
-            Err(Error::Gpu { call: c, message }) => {
-                assert_eq!((c, message.as_str()), (call, "ncclInternalError"))
+    // A failed call leaves the peer's collective waiting on its GPU for a partner that
+    // will never come, until the group is aborted. The first call of PairSum's one-call
+    // group; the third of MixedSum's five (two calls of the group already queued).
+    let mut g = pair_sum();
+    let pair = fail_then_run(&sim, 1, || g.execute_timeout(LONG).map(drop));
+    g.teardown().unwrap();
+    let makers = vec![Maker { calls: 0 }, Maker { calls: 0 }];
+    let mut g = MixedSum::launch(makers, Nccl::new([0, 1]).unwrap()).unwrap();
+    let mixed = fail_then_run(&sim, 3, || g.execute_timeout(LONG).map(drop));
+    g.teardown().unwrap();
+    for ((first, then), name) in [(pair, "ns"), (mixed, "ws")] {
+        match first {
+            Err(Error::Gpu { call, message }) => {
+                assert_eq!(
+                    (call, message.as_str()),
+                    ("ncclAllReduce", "ncclInternalError")
+                )
             }
-            other => panic!("expected {call}'s error, got {other:?}"),
+            other => panic!("expected ncclAllReduce's error, got {other:?}"),
         }
         // NCCL calls can no longer pair up: the group is over, and says so.
-        for _ in 0..2 {
-            match g.execute_timeout(LONG) {
+        for r in then {
+            match r {
                 Err(Error::Broken { group, reason }) => {
-                    assert_eq!(group, "ns");
+                    assert_eq!(group, name);
                     assert!(reason.contains("aborted"), "{reason}");
                 }
                 other => panic!("expected Error::Broken, got {other:?}"),
             }
         }
-        g.teardown().unwrap();
     }
 }
 
 #[test]
-fn every_stage_is_one_agreement_then_one_nccl_launch() {
+fn a_stage_of_gpu_values_is_one_nccl_launch_and_never_waits_for_the_gpu() {
     let Some(sim) = sim() else { return };
     let _serial = serial();
     let makers = || vec![Maker { calls: 0 }, Maker { calls: 0 }];
-    let per_execute = |g: &mut dyn FnMut()| {
-        let before: Vec<_> = (0..2).map(|d| sim.nccl_counts(d)).collect();
-        g();
+    // Per GPU: (NCCL launches, NCCL calls, host waits on its streams) during `run`.
+    let during = |run: &mut dyn FnMut()| {
+        let count = |d| {
+            let (launches, calls) = sim.nccl_counts(d);
+            [launches, calls, sim.host_waits(d)]
+        };
+        let before = [count(0), count(1)];
+        run();
         (0..2)
             .map(|d| {
-                let (l, c) = sim.nccl_counts(d);
-                (l - before[d].0, c - before[d].1)
+                let after = count(d);
+                [0, 1, 2].map(|i| after[i] - before[d][i])
             })
             .collect::<Vec<_>>()
     };
 
-    // Seven values of five dtypes in one allreduce: an all-gather of the headers, then
-    // one group of five calls (one per dtype region).
+    // Seven values of five dtypes in one allreduce: one group of five calls (one per
+    // dtype region); the agreement is on the host, and nothing waits for a GPU.
     let mut g = MixedSum::launch(makers(), Nccl::new([0, 1]).unwrap()).unwrap();
     for _ in 0..3 {
-        let counts = per_execute(&mut || drop(g.execute_timeout(LONG).unwrap()));
-        assert_eq!(counts, vec![(2, 6); 2]);
+        let counts = during(&mut || drop(g.execute_timeout(LONG).unwrap()));
+        assert_eq!(counts, vec![[1, 5, 0]; 2]);
     }
     g.teardown().unwrap();
 
@@ -257,8 +293,8 @@ fn every_stage_is_one_agreement_then_one_nccl_launch() {
     // i32: empty regions and values make no call.
     let mut g = Empties::launch(makers(), Nccl::new([0, 1]).unwrap()).unwrap();
     for _ in 0..3 {
-        let counts = per_execute(&mut || drop(g.execute_timeout(LONG).unwrap()));
-        assert_eq!(counts, vec![(4, 4); 2]);
+        let counts = during(&mut || drop(g.execute_timeout(LONG).unwrap()));
+        assert_eq!(counts, vec![[2, 2, 0]; 2]);
     }
     g.teardown().unwrap();
 }

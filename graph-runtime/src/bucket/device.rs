@@ -266,8 +266,8 @@ impl FusedStage {
         }
     }
 
-    /// Device mode's `run`: agreement and collective on the GPU, then the host values'
-    /// results copied back.
+    /// Device mode's `run`: agreement (on the host) and collective (on the GPU), then the
+    /// host values' results copied back.
     pub(crate) fn run_device<C: Communicator>(
         &mut self,
         comm: &mut C,

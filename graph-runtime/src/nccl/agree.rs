@@ -1,220 +1,195 @@
-//! The header agreement of a GPU stage, as data for one tiny all-gather.
+//! The header agreement of the NCCL backend's stages, on the host.
 //!
-//! The CPU communicator agrees by reading every rank's header in shared memory. Over NCCL
-//! each rank contributes a fixed summary of `SUMMARY_WORDS` words (status, number of
-//! values, a digest of their dtypes and lengths, whether a `reducescatter` value does not
-//! divide); one all-gather hands every rank every summary, and every rank reaches the same
-//! verdict. Only when the summaries show layouts that differ does a second all-gather move
-//! the full layouts, so that the error names the value and each rank's count exactly as
-//! [`agree`] does on the CPU.
+//! A group's ranks are threads of one process, so they agree the way the CPU communicator
+//! does: each posts where its header is, one barrier, every rank runs [`agree`] over every
+//! header and reaches the same verdict, a second barrier (a header lives in its rank's
+//! fused stage, which may be rewritten once the rank returns). Nothing of it touches the
+//! GPU: a stage neither waits for its stream nor adds a collective, so the payload queues
+//! behind the methods' kernels at once.
 
-use crate::comm::{agree, Collective, Disagreement, Header, SlotDesc, Status};
-use crate::DType;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-/// Words per rank in the first round.
-pub(crate) const SUMMARY_WORDS: usize = 4;
-/// Words per value in the second round: dtype index + 1 (0 pads), length, rows.
-pub(crate) const SLOT_WORDS: usize = 3;
+use crate::comm::{agree, Collective, Header, SlotDesc, StageError, Status};
+use crate::sync::Barrier;
 
-/// What the first round decided.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum FirstRound {
-    /// Same layout everywhere: run the payload.
-    Agreed,
-    /// No payload, and the summaries say why.
-    Disagreed(Disagreement),
-    /// The layouts differ: exchange them, `max_slots` values' worth per rank.
-    NeedLayouts { max_slots: usize },
+/// Where each rank's header is during a stage's agreement.
+pub(super) struct Board {
+    barrier: Barrier,
+    posts: Box<[Padded<Post>]>,
 }
 
-/// This rank's summary.
-pub(crate) fn summary(
-    header: &Header<'_>,
-    collective: Collective,
-    size: usize,
-) -> [u64; SUMMARY_WORDS] {
-    let ok = header.status == Status::Ok;
-    // FNV-1a over (dtype, len): equal layouts give equal digests. Two different layouts
-    // with one digest (odds about 2^-64) would pass; NCCL would then move mismatched counts.
-    let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
-    for s in header.slots {
-        for word in [s.dtype.index() as u64, s.len as u64] {
-            for byte in word.to_le_bytes() {
-                digest = (digest ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
-            }
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// A rank's header, by address: written with relaxed stores before the first barrier,
+/// which orders them (and the slots they point to) before every peer's reads.
+#[derive(Default)]
+struct Post {
+    failed: AtomicUsize,
+    slots: AtomicUsize,
+    nslots: AtomicUsize,
+}
+
+impl Post {
+    /// # Safety
+    /// Between the first and the second barrier of a stage that posted it.
+    unsafe fn header(&self) -> Header<'_> {
+        let len = self.nslots.load(Relaxed);
+        let slots = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: the poster's `len` slots, alive until it passes the second barrier,
+            // which it does only after every rank is done here.
+            unsafe { std::slice::from_raw_parts(self.slots.load(Relaxed) as *const SlotDesc, len) }
+        };
+        Header {
+            status: if self.failed.load(Relaxed) != 0 {
+                Status::Failed
+            } else {
+                Status::Ok
+            },
+            slots,
+            data: &[],
         }
     }
-    let scatter_bad = matches!(collective, Collective::ReduceScatter(_))
-        && header
-            .slots
-            .iter()
-            .any(|s| s.rows % size.max(1) != 0 || s.len % size.max(1) != 0);
-    [
-        u64::from(ok),
-        header.slots.len() as u64,
-        digest,
-        u64::from(scatter_bad),
-    ]
 }
 
-/// The verdict from every rank's summary (`all`: rank 0's words, then rank 1's, ...), in
-/// the order [`agree`] checks: a failed rank, the root, the number of values, then the
-/// layouts.
-pub(crate) fn first_round(all: &[u64], size: usize, collective: Collective) -> FirstRound {
-    let ranks = || all.chunks_exact(SUMMARY_WORDS).take(size);
-    if let Some(rank) = ranks().position(|w| w[0] != 1) {
-        return FirstRound::Disagreed(Disagreement::Failed { rank });
-    }
-    if let Some(root) = collective.root().filter(|&r| r >= size) {
-        return FirstRound::Disagreed(Disagreement::Root { root, size });
-    }
-    let counts: Vec<usize> = ranks().map(|w| w[1] as usize).collect();
-    if counts.iter().any(|&c| c != counts[0]) {
-        return FirstRound::Disagreed(Disagreement::BucketSize { counts });
-    }
-    let first = &all[..SUMMARY_WORDS];
-    if ranks().all(|w| w[2] == first[2] && w[3] == 0) {
-        return FirstRound::Agreed;
-    }
-    FirstRound::NeedLayouts {
-        max_slots: counts[0],
+impl std::fmt::Debug for Board {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Board")
+            .field("ranks", &self.posts.len())
+            .finish()
     }
 }
 
-/// This rank's layout for the second round, `max_slots` values long (padded with zeros).
-pub(crate) fn layout_words(header: &Header<'_>, max_slots: usize, out: &mut Vec<u64>) {
-    out.clear();
-    out.resize(max_slots * SLOT_WORDS, 0);
-    for (w, s) in out.chunks_exact_mut(SLOT_WORDS).zip(header.slots) {
-        w.copy_from_slice(&[s.dtype.index() as u64 + 1, s.len as u64, s.rows as u64]);
+impl Board {
+    pub(super) fn new(size: usize) -> Self {
+        Self {
+            barrier: Barrier::new(size),
+            posts: (0..size).map(|_| Padded(Post::default())).collect(),
+        }
     }
-}
 
-/// The verdict from every rank's layout (`all`: rank 0's words, then rank 1's, ...).
-pub(crate) fn second_round(
-    all: &[u64],
-    size: usize,
-    max_slots: usize,
-    collective: Collective,
-) -> Result<(), Disagreement> {
-    let per_rank = max_slots * SLOT_WORDS;
-    let layouts: Vec<Vec<SlotDesc>> = (0..size)
-        .map(|q| {
-            all.get(q * per_rank..(q + 1) * per_rank)
-                .unwrap_or(&[])
-                .chunks_exact(SLOT_WORDS)
-                .filter_map(|w| {
-                    let dtype = *DType::ALL.get((w[0] as usize).checked_sub(1)?)?;
-                    Some(SlotDesc {
-                        dtype,
-                        len: w[1] as usize,
-                        rows: w[2] as usize,
-                    })
-                })
-                .collect()
-        })
-        .collect();
-    agree(size, collective, |q| Header {
-        status: Status::Ok,
-        slots: &layouts[q],
-        data: &[],
-    })
+    /// Fails every current and future agreement: a rank that will never come.
+    pub(super) fn abort(&self) {
+        self.barrier.abort();
+    }
+
+    /// Rank `rank`'s part in the agreement on `header`: `Ok` when every rank's header
+    /// agrees, else the verdict that every rank reaches; [`StageError::Aborted`] if the
+    /// group is aborted meanwhile.
+    pub(super) fn agree(
+        &self,
+        rank: usize,
+        header: &Header<'_>,
+        collective: Collective,
+    ) -> Result<(), StageError> {
+        let size = self.posts.len();
+        let mine = &self.posts[rank].0;
+        mine.failed
+            .store(usize::from(header.status == Status::Failed), Relaxed);
+        mine.slots.store(header.slots.as_ptr() as usize, Relaxed);
+        mine.nslots.store(header.slots.len(), Relaxed);
+        self.wait()?;
+        // SAFETY: every rank posted before the barrier we just passed, and keeps its slots
+        // until it passes the next one.
+        let verdict = agree(size, collective, |q| unsafe { self.posts[q].0.header() });
+        self.wait()?;
+        verdict.map_err(StageError::Disagreed)
+    }
+
+    fn wait(&self) -> Result<(), StageError> {
+        self.barrier.wait().map_err(|_| StageError::Aborted)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ReduceOp;
-    use proptest::prelude::*;
+    use crate::comm::Disagreement;
+    use crate::{DType, ReduceOp};
+    use std::sync::Arc;
 
-    /// What the two rounds decide, given every rank's header, with the all-gathers done
-    /// by concatenation.
-    fn over_nccl(headers: &[Header<'_>], collective: Collective) -> Result<(), Disagreement> {
-        let size = headers.len();
-        let all: Vec<u64> = headers
-            .iter()
-            .flat_map(|h| summary(h, collective, size))
+    const SUM: Collective = Collective::AllReduce(ReduceOp::Sum);
+
+    /// Every rank's verdict when rank q posts `layouts[q]` (failed when `None`).
+    fn verdicts(
+        layouts: Vec<Option<Vec<SlotDesc>>>,
+        collective: Collective,
+    ) -> Vec<Result<(), StageError>> {
+        let board = Arc::new(Board::new(layouts.len()));
+        let threads: Vec<_> = layouts
+            .into_iter()
+            .enumerate()
+            .map(|(rank, layout)| {
+                let board = Arc::clone(&board);
+                std::thread::spawn(move || {
+                    let (status, slots) = match &layout {
+                        Some(s) => (Status::Ok, &s[..]),
+                        None => (Status::Failed, &[][..]),
+                    };
+                    let header = Header {
+                        status,
+                        slots,
+                        data: &[],
+                    };
+                    board.agree(rank, &header, collective)
+                })
+            })
             .collect();
-        match first_round(&all, size, collective) {
-            FirstRound::Agreed => Ok(()),
-            FirstRound::Disagreed(d) => Err(d),
-            FirstRound::NeedLayouts { max_slots } => {
-                let mut words = Vec::new();
-                let mut all = Vec::new();
-                for h in headers {
-                    layout_words(h, max_slots, &mut words);
-                    all.extend_from_slice(&words);
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn every_rank_reaches_the_verdict_of_agree() {
+        let a = vec![SlotDesc::flat(DType::F32, 10), SlotDesc::flat(DType::U8, 3)];
+        let mut b = a.clone();
+        b[1] = SlotDesc::flat(DType::U8, 4);
+        for v in verdicts(vec![Some(a.clone()), Some(a.clone()), Some(a.clone())], SUM) {
+            assert!(v.is_ok(), "{v:?}");
+        }
+        for v in verdicts(vec![Some(a.clone()), Some(b), Some(a.clone())], SUM) {
+            match v {
+                Err(StageError::Disagreed(Disagreement::Slot { slot, counts })) => {
+                    assert_eq!(slot, 1);
+                    assert_eq!(counts, vec![(DType::U8, 3), (DType::U8, 4), (DType::U8, 3)]);
                 }
-                second_round(&all, size, max_slots, collective)
+                other => panic!("expected a slot disagreement, got {other:?}"),
             }
         }
-    }
-
-    fn slot() -> impl Strategy<Value = SlotDesc> {
-        (0..3usize, 0..7usize, 0..4usize).prop_map(|(d, len, rows)| SlotDesc {
-            dtype: [DType::F32, DType::I64, DType::BF16][d],
-            len,
-            rows,
-        })
-    }
-
-    fn collective() -> impl Strategy<Value = Collective> {
-        prop_oneof![
-            Just(Collective::AllReduce(ReduceOp::Sum)),
-            Just(Collective::AllGather),
-            Just(Collective::ReduceScatter(ReduceOp::Max)),
-            (0..4usize).prop_map(|root| Collective::Broadcast { root }),
-            (0..4usize).prop_map(|root| Collective::Reduce {
-                op: ReduceOp::Min,
-                root
-            }),
-        ]
-    }
-
-    proptest! {
-        /// The summary rounds reach exactly the verdict of `agree` over the full headers,
-        /// for layouts that mostly agree (so that every branch is taken).
-        #[test]
-        fn two_rounds_decide_like_agree(
-            size in 1..4usize,
-            base in proptest::collection::vec(slot(), 0..4),
-            changes in proptest::collection::vec((0..4usize, 0..5usize, slot()), 0..3),
-            failed in proptest::option::of(0..4usize),
-            collective in collective(),
-        ) {
-            let mut layouts: Vec<Vec<SlotDesc>> = vec![base; size];
-            for (rank, at, s) in changes {
-                let l = &mut layouts[rank % size];
-                match at {
-                    0 => { l.pop(); }
-                    _ if l.is_empty() => l.push(s),
-                    i => { let n = l.len(); l[i % n] = s; }
-                }
-            }
-            let headers: Vec<Header<'_>> = layouts
-                .iter()
-                .enumerate()
-                .map(|(q, l)| {
-                    let status = if failed == Some(q) { Status::Failed } else { Status::Ok };
-                    let slots: &[SlotDesc] = if status == Status::Failed { &[] } else { l };
-                    Header { status, slots, data: &[] }
-                })
-                .collect();
-            let want = agree(size, collective, |q| headers[q]);
-            prop_assert_eq!(over_nccl(&headers, collective), want);
+        for v in verdicts(vec![Some(a.clone()), None], SUM) {
+            assert!(matches!(
+                v,
+                Err(StageError::Disagreed(Disagreement::Failed { rank: 1 }))
+            ));
         }
     }
 
     #[test]
-    fn equal_layouts_need_one_round() {
-        let slots = [SlotDesc::flat(DType::F32, 8), SlotDesc::flat(DType::U8, 3)];
-        let h = Header {
+    fn an_aborted_board_fails_waiting_and_later_agreements() {
+        let board = Arc::new(Board::new(2));
+        let waiting = {
+            let board = Arc::clone(&board);
+            std::thread::spawn(move || {
+                let header = Header {
+                    status: Status::Ok,
+                    slots: &[],
+                    data: &[],
+                };
+                board.agree(0, &header, SUM)
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        board.abort();
+        assert!(matches!(waiting.join().unwrap(), Err(StageError::Aborted)));
+        let header = Header {
             status: Status::Ok,
-            slots: &slots,
+            slots: &[],
             data: &[],
         };
-        let sum = Collective::AllReduce(ReduceOp::Sum);
-        let all: Vec<u64> = (0..3).flat_map(|_| summary(&h, sum, 3)).collect();
-        assert_eq!(first_round(&all, 3, sum), FirstRound::Agreed);
+        assert!(matches!(
+            board.agree(1, &header, SUM),
+            Err(StageError::Aborted)
+        ));
     }
 }

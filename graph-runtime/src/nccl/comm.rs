@@ -9,7 +9,7 @@ use cudarc::driver::{CudaEvent, CudaSlice, DevicePtrMut};
 use cudarc::nccl::result::{self as nccl, NcclError};
 use cudarc::nccl::sys;
 
-use super::agree::{self, FirstRound, SUMMARY_WORDS};
+use super::agree::Board;
 use super::{device_count, gpu, require_cuda, require_nccl, set_current, Device};
 use crate::bucket::DevRegion;
 use crate::comm::{AbortHandle, Backend, Collective, Communicator, Header, RegionMut, StageError};
@@ -100,6 +100,7 @@ impl Backend for Nccl {
             barrier: Barrier::new(size),
             failed: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
+            board: Board::new(size),
         });
         let devices: Arc<[usize]> = self.devices.as_slice().into();
         Ok(self
@@ -128,6 +129,16 @@ struct Shared {
     barrier: Barrier,
     failed: AtomicBool,
     aborted: AtomicBool,
+    /// Where the ranks agree on each stage's headers.
+    board: Board,
+}
+
+impl Shared {
+    /// Ends the group: waits and agreements give up, now and later.
+    fn abort(&self) {
+        self.aborted.store(true, SeqCst);
+        self.board.abort();
+    }
 }
 
 /// One rank's endpoint on the [`Nccl`] backend: its GPU, stream and NCCL communicator,
@@ -151,10 +162,6 @@ struct Attached {
     device: Device,
     /// Recorded after the work a stage waits for; polled so that a wait can be aborted.
     done: CudaEvent,
-    /// The header words of every rank, on the GPU and on the host.
-    words_dev: Option<CudaSlice<u64>>,
-    words: Vec<u64>,
-    mine: Vec<u64>,
     /// Device copies of the regions handed to the host-memory `stage`.
     scratch: Vec<CudaSlice<u8>>,
 }
@@ -263,7 +270,7 @@ impl NcclComm {
     /// stream drains. An abort from outside does the same here.
     fn settle<T>(&mut self, r: Result<T, StageError>) -> Result<T, StageError> {
         if matches!(r, Err(StageError::Comm(_) | StageError::Aborted)) {
-            self.shared.aborted.store(true, SeqCst);
+            self.shared.abort();
             if let Some(a) = &mut self.attached {
                 a.comm.abort();
             }
@@ -342,86 +349,9 @@ impl NcclComm {
         Ok(())
     }
 
-    /// Every rank's header words: this rank's `mine`, all-gathered, into `words`.
-    fn all_gather_words(&mut self) -> Result<(), StageError> {
-        let (rank, size) = (self.rank, self.size);
-        let a = self.attached()?;
-        let k = a.mine.len();
-        let total = k * size;
-        let stream = Arc::clone(a.device.stream());
-        if a.words_dev.as_ref().is_none_or(|w| w.len() < total) {
-            let buf = stream
-                .alloc_zeros::<u64>(total.max(SUMMARY_WORDS * size))
-                .map_err(|e| StageError::Comm(gpu("cuMemAlloc")(e)))?;
-            a.words_dev = Some(buf);
-        }
-        let Some(dev) = a.words_dev.as_mut() else {
-            return Err(StageError::Comm(Error::Backend("no header buffer".into())));
-        };
-        if k > 0 {
-            let mut own = dev.try_slice_mut(rank * k..(rank + 1) * k).ok_or_else(|| {
-                StageError::Comm(Error::Backend("header buffer too small".into()))
-            })?;
-            stream
-                .memcpy_htod(&a.mine, &mut own)
-                .map_err(|e| StageError::Comm(gpu("cuMemcpyHtoD")(e)))?;
-            let (ptr, _record) = dev.device_ptr_mut(&stream);
-            // SAFETY: `ptr` holds `total` u64s; this rank's `k` words are at `rank * k`, the
-            // in-place layout NCCL's all-gather accepts. The buffer outlives the call: it
-            // is freed on this stream, after the collective.
-            unsafe {
-                nccl::all_gather(
-                    (ptr + (rank * k * 8) as u64) as *const _,
-                    ptr as *mut _,
-                    k,
-                    sys::ncclDataType_t::ncclUint64,
-                    a.comm.handle,
-                    stream.cu_stream() as sys::cudaStream_t,
-                )
-            }
-            .map_err(nccl_stage_err("ncclAllGather"))?;
-        }
-        self.wait_inner()?;
-        let a = self.attached()?;
-        a.words.clear();
-        a.words.resize(total, 0);
-        if let Some(src) = a.words_dev.as_ref().and_then(|d| d.try_slice(..total)) {
-            if total > 0 {
-                stream
-                    .memcpy_dtoh(&src, &mut a.words[..])
-                    .map_err(|e| StageError::Comm(gpu("cuMemcpyDtoH")(e)))?;
-                // A copy to pageable memory is done when it returns in practice, but CUDA
-                // does not promise it; the stream is idle (after `wait`), so this is free.
-                stream
-                    .synchronize()
-                    .map_err(|e| StageError::Comm(gpu("cuStreamSynchronize")(e)))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The failure model's header agreement, as one all-gather of a few words per rank
-    /// (two when the layouts differ, to say how).
+    /// The failure model's header agreement, on the host (see `agree.rs`).
     fn agree(&mut self, header: &Header<'_>, collective: Collective) -> Result<(), StageError> {
-        let size = self.size;
-        let mine = agree::summary(header, collective, size);
-        let a = self.attached()?;
-        a.mine.clear();
-        a.mine.extend_from_slice(&mine);
-        self.all_gather_words()?;
-        let verdict = agree::first_round(&self.attached()?.words, size, collective);
-        match verdict {
-            FirstRound::Agreed => Ok(()),
-            FirstRound::Disagreed(d) => Err(StageError::Disagreed(d)),
-            FirstRound::NeedLayouts { max_slots } => {
-                let a = self.attached()?;
-                agree::layout_words(header, max_slots, &mut a.mine);
-                self.all_gather_words()?;
-                let words = &self.attached()?.words;
-                agree::second_round(words, size, max_slots, collective)
-                    .map_err(StageError::Disagreed)
-            }
-        }
+        self.shared.board.agree(self.rank, header, collective)
     }
 
     /// Queues `collective` over every region as one NCCL group: one launch.
@@ -567,7 +497,7 @@ impl Communicator for NcclComm {
 
     fn abort_handle(&self) -> AbortHandle {
         let shared = Arc::clone(&self.shared);
-        AbortHandle::new(move || shared.aborted.store(true, SeqCst))
+        AbortHandle::new(move || shared.abort())
     }
 
     fn attach(&mut self) -> Result<(), Error> {
@@ -610,28 +540,44 @@ impl Communicator for NcclComm {
             comm,
             device,
             done,
-            words_dev: None,
-            words: Vec::new(),
-            mine: Vec::new(),
             scratch: Vec::new(),
         });
-        // One empty agreement while every rank is here: NCCL connects peers on a
-        // communicator's first collective and blocks there until they come, where an abort
-        // could not reach it. Afterwards each stage's agreement waits in `wait`, which can.
+        self.warm_up().map_err(|e| match e {
+            StageError::Comm(e) => e,
+            other => Error::Backend(format!("NCCL warm-up failed: {other:?}")),
+        })
+    }
+
+    fn nccl(&mut self) -> Option<&mut NcclComm> {
+        Some(self)
+    }
+}
+
+impl NcclComm {
+    /// One tiny allreduce while every rank is here, waited for abortably: NCCL connects
+    /// peers on a communicator's first collective and blocks there until they come, where
+    /// an abort could not reach it.
+    fn warm_up(&mut self) -> Result<(), StageError> {
+        let a = self.attached()?;
+        let stream = Arc::clone(a.device.stream());
+        let mut one = stream
+            .alloc_zeros::<u8>(1)
+            .map_err(|e| StageError::Comm(gpu("cuMemAlloc")(e)))?;
+        let (ptr, _record) = one.device_ptr_mut(&stream);
+        let region = DevRegion {
+            dtype: DType::U8,
+            ptr,
+            len: 1,
+        };
         let empty = Header {
             status: crate::comm::Status::Ok,
             slots: &[],
             data: &[],
         };
-        self.agree(&empty, Collective::AllReduce(ReduceOp::Sum))
-            .map_err(|e| match e {
-                StageError::Comm(e) => e,
-                other => Error::Backend(format!("NCCL warm-up failed: {other:?}")),
-            })
-    }
-
-    fn nccl(&mut self) -> Option<&mut NcclComm> {
-        Some(self)
+        let max = Collective::AllReduce(ReduceOp::Max);
+        let r = self.launch(&empty, max, &[region], &[]);
+        let r = r.and_then(|()| self.wait_inner());
+        self.settle(r)
     }
 }
 
