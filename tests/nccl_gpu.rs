@@ -902,6 +902,83 @@ fn a_gpu_value_made_on_another_stream_is_read_before_it_is_freed() {
     g.teardown().unwrap();
 }
 
+#[test]
+fn executions_in_flight_on_the_gpu_each_get_their_own_buffer() {
+    let Some(gpus) = gpus() else { return };
+    let _serial = serial();
+    let n = ranks(gpus);
+    let actors = (0..n).map(|_| SideStream).collect();
+    let options = LaunchOptions::default().max_in_flight(4);
+    let mut g = SideSum::launch_with(actors, Nccl::new(0..n).unwrap(), options).unwrap();
+    for round in 0..3 {
+        let steps: Vec<i64> = (0..4).map(|k| 10 * round + k).collect();
+        let tickets: Vec<_> = steps.iter().map(|&s| g.submit(s).unwrap()).collect();
+        // All four results alive at once: four buffers, each with its own execution's sum.
+        let results: Vec<_> = tickets.into_iter().map(|t| g.wait(t).unwrap()).collect();
+        for (out, &step) in results.iter().zip(&steps) {
+            let want = reduced(&vec![values::<f32>(step, 0, 1 << 14); n], ReduceOp::Sum);
+            for t in out {
+                assert_eq!(host(t), want, "step {step}");
+            }
+        }
+        let device = Device::new(0).unwrap();
+        let mut ptrs: Vec<u64> = results.iter().map(|o| device_ptr(&o[0], &device)).collect();
+        ptrs.sort_unstable();
+        ptrs.dedup();
+        assert_eq!(ptrs.len(), 4, "one buffer per execution in flight");
+    }
+    g.teardown().unwrap();
+}
+
+/// An actor that sleeps in its method when asked.
+struct Napper {
+    rank: usize,
+}
+
+#[actor]
+impl Napper {
+    /// Sleeps `ms` milliseconds on rank `who`, then gives 1.0 on this actor's GPU.
+    fn grad(&mut self, plan: &(usize, u64)) -> Result<Tensor<f32>, BoxError> {
+        if plan.0 == self.rank {
+            std::thread::sleep(Duration::from_millis(plan.1));
+        }
+        Ok(Tensor::full([8], 1.0f32).to_device(&current_device()?)?)
+    }
+}
+
+graph! {
+    NapSum(ns: [Napper], plan: (usize, u64)) {
+        let g = ns.grad(plan);
+        allreduce(g)
+    }
+}
+
+#[test]
+fn a_late_rank_times_out_and_ends_the_group_without_a_hang() {
+    let Some(gpus) = gpus() else { return };
+    if gpus < 2 {
+        eprintln!("skipped: needs 2 GPUs, this machine has {gpus}");
+        return;
+    }
+    let _serial = serial();
+    let nappers = vec![Napper { rank: 0 }, Napper { rank: 1 }];
+    let mut g = NapSum::launch(nappers, Nccl::new([0, 1]).unwrap()).unwrap();
+    let out = g.execute_timeout((9, 0), Duration::from_secs(60)).unwrap();
+    assert_eq!(host(&out[1]), vec![2.0; 8]);
+    // Rank 0 waits for rank 1 in the stage's agreement until the timeout aborts the group.
+    match g.execute_timeout((1, 1_000), Duration::from_millis(100)) {
+        Err(Error::Timeout { ranks, .. }) => assert_eq!(ranks, vec![1]),
+        other => panic!("expected Error::Timeout, got {other:?}"),
+    }
+    assert!(matches!(
+        g.execute_timeout((9, 0), Duration::from_secs(60)),
+        Err(Error::Broken { group: "ns", .. })
+    ));
+    // Rank 1 wakes, finds the group aborted, and comes back.
+    let back = g.teardown().unwrap();
+    assert_eq!(back.iter().map(|n| n.rank).collect::<Vec<_>>(), vec![0, 1]);
+}
+
 // ---------------------------------------------------------------------------------------
 // (g) Two GPUs: real reductions between ranks, and a shape mismatch.
 
