@@ -1,33 +1,63 @@
 #!/usr/bin/env bash
 # The NCCL backend's checks on a machine with a GPU (one is enough):
-#   1. builds the two test files and the example below (release, feature `nccl`),
-#   2. the GPU tests (tests/nccl_gpu.rs) and the library-loading tests (tests/nccl_loader.rs),
-#      on the real GPUs (not the run of the same tests on the simulated GPU, which CI does),
-#   3. the example that checks and times a fused allreduce (examples/nccl_allreduce.rs),
+#   1. builds the three NCCL test files and the example below (release, feature `nccl`),
+#   2. runs the GPU tests (tests/nccl_gpu.rs: on the real GPUs; their run on simulated GPUs
+#      is CI's), the library-loading tests (tests/nccl_loader.rs) and tests/nccl_cpu.rs,
+#   3. runs the example that checks and times a fused allreduce (examples/nccl_allreduce.rs),
 # each under a time limit (170 + 70 + 50 s by default, so the whole script stays under
 # 5 minutes); then a summary. The exit status is 0 only if every step passed.
 #
 # Usage, from anywhere in the repository:
-#     scripts/gpu-check.sh
+#     scripts/gpu-check.sh                   build here, then run
+#     scripts/gpu-check.sh --build-bundle [DIR]
+#         on a machine with cargo (no GPU needed): build the binaries (release, stripped,
+#         about 5 MiB) into DIR (default target/gpu-bundle), and stop
+#     scripts/gpu-check.sh --bundle [DIR]
+#         on a GPU machine: run the binaries of DIR, without building
 #
-# Needs the Rust toolchain, the NVIDIA driver, NCCL 2 (a system package or the
-# nvidia-nccl-cu12 wheel) and a C compiler (`cc`, for the stub library tests/nccl_loader.rs
-# builds). No CUDA toolkit: the libraries are opened at run time.
+# A GPU machine with no Rust toolchain or no network (as this project's lent device machine
+# is) takes the bundle: build it here, carry DIR there, run `scripts/gpu-check.sh --bundle`
+# there. Dry run without a GPU, on the simulated one (see README, "Testing without a GPU"):
+#     sh scripts/fake-gpu.sh && LD_LIBRARY_PATH=$PWD/target/fake_gpu \
+#         scripts/gpu-check.sh --bundle
 #
-# Crates: cargo must find every dependency without the network if the machine has none:
-# a populated ~/.cargo registry (or a vendored source in .cargo/config.toml). Set
-# CARGO_OFFLINE=1 to pass --offline, so that cargo fails at once instead of trying to
-# reach crates.io. Building from scratch takes a minute or two of the budget.
+# Needs the NVIDIA driver, NCCL 2 (a system package, or the nvidia-nccl-cu12/-cu13 wheel
+# that PyTorch installs) and a C compiler (`cc`, for the stub library tests/nccl_loader.rs
+# builds); to build, the Rust toolchain. No CUDA toolkit: the libraries are opened at run
+# time.
+#
+# Crates, when building: cargo must find every dependency without the network if the
+# machine has none: a populated ~/.cargo registry (or a vendored source in
+# .cargo/config.toml). Set CARGO_OFFLINE=1 to pass --offline, so that cargo fails at once
+# instead of trying to reach crates.io.
 #
 # Environment:
 #   CARGO_OFFLINE=1        pass --offline to cargo
 #   BUILD_TIMEOUT=seconds  limit for the build (default 170)
-#   TEST_TIMEOUT=seconds   limit for running the tests (default 70)
+#   TEST_TIMEOUT=seconds   limit for running the GPU tests (default 70)
 #   EXAMPLE_TIMEOUT=secs   limit for running the example (default 50)
 #   EXAMPLE_ARGS="..."     arguments for the example (default: every GPU, 50 steps)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+mode=build
+bundle=target/gpu-bundle
+case "${1:-}" in
+    --build-bundle) mode=build-bundle ;;
+    --bundle) mode=bundle ;;
+    "") ;;
+    *)
+        echo "usage: $0 [--build-bundle [DIR] | --bundle [DIR]]" >&2
+        exit 2
+        ;;
+esac
+if [[ $mode != build && -n "${2:-}" ]]; then
+    bundle="$2"
+fi
+# The run on the simulated GPU belongs to CI (it needs the sources and a C compiler).
+skip_simulated=(--skip simulated::the_gpu_tests_pass_on_a_simulated_gpu)
+tests=(nccl_gpu nccl_loader nccl_cpu)
 
 BUILD_TIMEOUT="${BUILD_TIMEOUT:-170}"
 TEST_TIMEOUT="${TEST_TIMEOUT:-70}"
@@ -37,6 +67,30 @@ read -r -a EXAMPLE_ARGS <<<"${EXAMPLE_ARGS:-}"
 cargo_flags=(--release --features nccl)
 if [[ -n "${CARGO_OFFLINE:-}" && "${CARGO_OFFLINE}" != 0 ]]; then
     cargo_flags+=(--offline)
+fi
+
+if [[ $mode == build-bundle ]]; then
+    mkdir -p "$bundle"
+    # The test executables' paths, from cargo's JSON messages.
+    cargo test "${cargo_flags[@]}" --no-run "${tests[@]/#/--test=}" --message-format=json |
+        python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and "test" in m["target"]["kind"]:
+        print(m["target"]["name"], m["executable"])
+' | while read -r name exe; do
+        cp "$exe" "$bundle/$name"
+    done
+    cargo build "${cargo_flags[@]}" --example nccl_allreduce
+    cp target/release/examples/nccl_allreduce "$bundle/"
+    strip "$bundle"/* 2>/dev/null || true
+    ls -l "$bundle"
+    for t in "${tests[@]}" nccl_allreduce; do
+        [[ -x "$bundle/$t" ]] || { echo "missing $bundle/$t" >&2; exit 1; }
+    done
+    echo "bundle ready: carry $bundle, then run scripts/gpu-check.sh --bundle $bundle"
+    exit 0
 fi
 
 section() { printf '\n=== %s ===\n' "$*"; }
@@ -81,7 +135,7 @@ else
     soname="$(find_lib libnccl.so.2 || true)"
     if [[ -z "$soname" ]]; then
         # The nvidia-nccl-cu12 wheel (e.g. installed with PyTorch).
-        wheel_dir="$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)"
+        wheel_dir="$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)"
         if [[ -n "$wheel_dir" && -e "$wheel_dir/lib/libnccl.so.2" ]]; then
             soname="$wheel_dir/lib/libnccl.so.2"
         fi
@@ -133,15 +187,23 @@ run() {
     esac
 }
 
-run "build" "$BUILD_TIMEOUT" \
-    cargo build "${cargo_flags[@]}" --test nccl_gpu --test nccl_loader --test nccl_cpu --example nccl_allreduce
-if [[ "${results[0]}" == ok ]]; then
-    run "GPU and loader tests" "$TEST_TIMEOUT" \
-        cargo test "${cargo_flags[@]}" --no-fail-fast --test nccl_gpu --test nccl_loader --test nccl_cpu -- --nocapture \
-        --skip simulated::the_gpu_tests_pass_on_a_simulated_gpu
+if [[ $mode == bundle ]]; then
+    run "GPU tests" "$TEST_TIMEOUT" "$bundle/nccl_gpu" --nocapture "${skip_simulated[@]}"
+    run "loader tests" 30 "$bundle/nccl_loader" --nocapture
+    run "NCCL CPU-side tests" 30 "$bundle/nccl_cpu" --nocapture
     # `${a[@]+...}`: an empty array under `set -u` in bash before 4.4.
     run "nccl_allreduce example" "$EXAMPLE_TIMEOUT" \
-        cargo run "${cargo_flags[@]}" --example nccl_allreduce -- ${EXAMPLE_ARGS[@]+"${EXAMPLE_ARGS[@]}"}
+        "$bundle/nccl_allreduce" ${EXAMPLE_ARGS[@]+"${EXAMPLE_ARGS[@]}"}
+else
+    run "build" "$BUILD_TIMEOUT" \
+        cargo build "${cargo_flags[@]}" "${tests[@]/#/--test=}" --example nccl_allreduce
+    if [[ "${results[0]}" == ok ]]; then
+        run "GPU and loader tests" "$TEST_TIMEOUT" \
+            cargo test "${cargo_flags[@]}" --no-fail-fast "${tests[@]/#/--test=}" -- --nocapture \
+            "${skip_simulated[@]}"
+        run "nccl_allreduce example" "$EXAMPLE_TIMEOUT" \
+            cargo run "${cargo_flags[@]}" --example nccl_allreduce -- ${EXAMPLE_ARGS[@]+"${EXAMPLE_ARGS[@]}"}
+    fi
 fi
 
 section "Summary"
