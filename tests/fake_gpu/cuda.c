@@ -6,8 +6,9 @@
  * host; events, stream-to-stream waits, stream-ordered allocation and free. What it
  * checks, aborting the process with a message where real CUDA would crash, corrupt
  * memory or hang: every device address a copy, memset or NCCL call uses lies in a live
- * allocation (freed memory is poisoned and forgotten at the point of the stream where
- * it is freed, so a free that overtakes a use on another stream is caught), host and
+ * allocation (a stream-ordered allocation becomes live, and a free ends it, where its
+ * stream gets to it; freed memory is poisoned, so a free that overtakes a use on another
+ * stream, or a use that overtakes the allocation, is caught), host and
  * device addresses are not confused, and no wait lasts longer than FAKE_GPU_TIMEOUT_S
  * (default 60) seconds. Each stream sleeps up to FAKE_GPU_JITTER_US (default 20)
  * microseconds before each job, so that streams run at uneven speeds.
@@ -215,6 +216,7 @@ typedef struct {
     CUdeviceptr ptr;
     size_t bytes;
     int device;
+    int ready; /* 0 until its stream reaches a stream-ordered allocation */
 } allocation;
 
 static allocation *allocs;
@@ -240,6 +242,10 @@ void fake_check_device_range(CUdeviceptr ptr, size_t bytes, int device, const ch
                  what, bytes, ptr, a->bytes, a->ptr);
     if (device >= 0 && a->device != device)
         fake_die("%s: %#llx is memory of GPU %d, not of GPU %d", what, ptr, a->device, device);
+    if (!a->ready)
+        fake_die("%s: %#llx is used before the stream that allocated it (cuMemAllocAsync) "
+                 "gets to the allocation",
+                 what, ptr);
 }
 
 static void check_host_range(const void *ptr, size_t bytes, const char *what) {
@@ -259,7 +265,7 @@ void fake_gpu_fail_alloc(int device, size_t min_bytes) {
     fake_unlock();
 }
 
-static CUresult alloc_on(CUdeviceptr *ptr, size_t bytes, int device) {
+static CUresult alloc_on(CUdeviceptr *ptr, size_t bytes, int device, int ready) {
     if (bytes == 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (device < 0)
@@ -283,7 +289,7 @@ static CUresult alloc_on(CUdeviceptr *ptr, size_t bytes, int device) {
         if (!allocs)
             fake_die("out of host memory");
     }
-    allocs[n_allocs++] = (allocation){(CUdeviceptr)(uintptr_t)p, bytes, device};
+    allocs[n_allocs++] = (allocation){(CUdeviceptr)(uintptr_t)p, bytes, device, ready};
     fake_unlock();
     *ptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
@@ -605,12 +611,28 @@ CUresult cuStreamWaitEvent(fake_stream *s, fake_event *e, unsigned flags) {
 /* ---- memory: allocation, free, copies ---- */
 
 CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
-    return alloc_on(ptr, bytes, fake_current_device());
+    return alloc_on(ptr, bytes, fake_current_device(), 1);
 }
 
-/* Stream-ordered allocation: usable at once here, which is at least as permissive. */
+static void ready_job(void *arg) {
+    CUdeviceptr ptr = *(CUdeviceptr *)arg;
+    allocation *a = find_alloc(ptr);
+    if (!a || a->ptr != ptr)
+        fake_die("a stream-ordered allocation at %#llx was freed before its stream made it",
+                 ptr);
+    a->ready = 1;
+}
+
+/* Stream-ordered allocation: the memory is usable from the point of `s` where it is
+ * allocated on, by work ordered after it. */
 CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, fake_stream *s) {
-    return alloc_on(ptr, bytes, fake_stream_device(s));
+    CUresult r = alloc_on(ptr, bytes, fake_stream_device(s), is_default(s));
+    if (r != CUDA_SUCCESS || is_default(s))
+        return r;
+    CUdeviceptr *arg = malloc(sizeof *arg);
+    *arg = *ptr;
+    fake_enqueue(s, ready_job, arg);
+    return CUDA_SUCCESS;
 }
 
 static void free_job(void *arg) { free_now(*(CUdeviceptr *)arg, "cuMemFreeAsync"); }
