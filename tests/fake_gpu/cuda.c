@@ -7,11 +7,12 @@
  * checks, aborting the process with a message where real CUDA would crash, corrupt
  * memory or hang: every device address a copy, memset or NCCL call uses lies in a live
  * allocation (a stream-ordered allocation becomes live, and a free ends it, where its
- * stream gets to it; freed memory is poisoned, so a free that overtakes a use on another
- * stream, or a use that overtakes the allocation, is caught), host and
- * device addresses are not confused, and no wait lasts longer than FAKE_GPU_TIMEOUT_S
- * (default 60) seconds. Each stream sleeps up to FAKE_GPU_JITTER_US (default 20)
- * microseconds before each job, so that streams run at uneven speeds.
+ * stream gets to it; freed memory is poisoned and held in a quarantine for a while rather
+ * than handed out again, so a free that overtakes a use on another stream, or a use that
+ * overtakes the allocation, is caught and named), host and device addresses are not
+ * confused, and no wait lasts longer than FAKE_GPU_TIMEOUT_S (default 60) seconds. Each
+ * stream sleeps up to FAKE_GPU_JITTER_US (default 20) microseconds before each job, so
+ * that streams run at uneven speeds.
  *
  * What it cannot show: anything about kernels, timing, P2P or real memory limits. */
 #include <errno.h>
@@ -64,6 +65,27 @@ void fake_die(const char *fmt, ...) {
     abort();
 }
 
+void *fake_xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        fake_die("out of host memory (%zu bytes)", bytes);
+    return p;
+}
+
+void *fake_xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p)
+        fake_die("out of host memory (%zu x %zu bytes)", n, size);
+    return p;
+}
+
+void *fake_xrealloc(void *ptr, size_t bytes) {
+    void *p = realloc(ptr, bytes ? bytes : 1);
+    if (!p)
+        fake_die("out of host memory (%zu bytes)", bytes);
+    return p;
+}
+
 static double timeout_s(void) {
     const char *v = getenv("FAKE_GPU_TIMEOUT_S");
     double t = v ? atof(v) : 0;
@@ -87,12 +109,16 @@ void fake_wait(const char *what, double *waited) {
 
 /* ---- devices and contexts ---- */
 
+/* A context is its GPU's slot in `contexts`: its ordinal is the index, so that nothing
+ * writes to the shared array (cuInit may run on several threads at once). */
 typedef struct {
-    int ordinal;
+    char unused; /* only the address matters */
 } fake_ctx;
 
 static fake_ctx contexts[MAX_GPUS];
 static __thread fake_ctx *current;
+
+static int ctx_device(const fake_ctx *ctx) { return (int)(ctx - contexts); }
 
 static int gpu_count(void) {
     const char *v = getenv("FAKE_GPU_COUNT");
@@ -100,12 +126,10 @@ static int gpu_count(void) {
     return n < 0 ? 0 : n > MAX_GPUS ? MAX_GPUS : n;
 }
 
-int fake_current_device(void) { return current ? current->ordinal : -1; }
+int fake_current_device(void) { return current ? ctx_device(current) : -1; }
 
 CUresult cuInit(unsigned flags) {
     (void)flags;
-    for (int i = 0; i < MAX_GPUS; i++)
-        contexts[i].ordinal = i;
     return gpu_count() ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
 }
 
@@ -185,7 +209,7 @@ CUresult cuCtxGetCurrent(fake_ctx **ctx) {
 CUresult cuCtxGetDevice(CUdevice *device) {
     if (!current)
         return CUDA_ERROR_INVALID_CONTEXT;
-    *device = current->ordinal;
+    *device = ctx_device(current);
     return CUDA_SUCCESS;
 }
 
@@ -219,8 +243,19 @@ typedef struct {
     int ready; /* 0 until its stream reaches a stream-ordered allocation */
 } allocation;
 
+/* Live allocations, read and written under the lock only: alloc_on grows the array and
+ * free_now moves its last entry, so a reader without the lock could see either half-done. */
 static allocation *allocs;
 static size_t n_allocs, cap_allocs;
+
+/* Freed blocks, oldest first, kept poisoned and not given back to malloc for a while: a
+ * freed address that malloc handed out again at once would pass for live memory, and the
+ * use after free would go unnoticed. The oldest leave (really freed) once the quarantine
+ * holds more than QUARANTINE_BYTES or QUARANTINE_BLOCKS; the newest always stays. */
+#define QUARANTINE_BYTES ((size_t)256 << 20)
+#define QUARANTINE_BLOCKS 4096
+static allocation quarantine[QUARANTINE_BLOCKS]; /* a ring */
+static size_t q_oldest, q_count, q_bytes;
 
 static allocation *find_alloc(CUdeviceptr ptr) {
     for (size_t i = 0; i < n_allocs; i++)
@@ -229,14 +264,49 @@ static allocation *find_alloc(CUdeviceptr ptr) {
     return NULL;
 }
 
+/* The quarantined block that holds `ptr`, newest first (the lock held). */
+static allocation *find_freed(CUdeviceptr ptr) {
+    for (size_t k = q_count; k-- > 0;) {
+        allocation *a = &quarantine[(q_oldest + k) % QUARANTINE_BLOCKS];
+        if (ptr >= a->ptr && ptr < a->ptr + a->bytes)
+            return a;
+    }
+    return NULL;
+}
+
+static void release_oldest(void) {
+    allocation *a = &quarantine[q_oldest];
+    free((void *)(uintptr_t)a->ptr);
+    q_bytes -= a->bytes;
+    q_oldest = (q_oldest + 1) % QUARANTINE_BLOCKS;
+    q_count--;
+}
+
+static void put_in_quarantine(allocation a) {
+    if (q_count == QUARANTINE_BLOCKS)
+        release_oldest();
+    quarantine[(q_oldest + q_count) % QUARANTINE_BLOCKS] = a;
+    q_count++;
+    q_bytes += a.bytes;
+    while (q_bytes > QUARANTINE_BYTES && q_count > 1)
+        release_oldest();
+}
+
 void fake_check_device_range(CUdeviceptr ptr, size_t bytes, int device, const char *what) {
     if (bytes == 0)
         return;
     allocation *a = find_alloc(ptr);
-    if (!a)
-        fake_die("%s: %#llx is not in a live GPU allocation (freed, never allocated, or a "
-                 "host address)",
+    if (!a) {
+        allocation *f = find_freed(ptr);
+        if (f)
+            fake_die("%s: %#llx is a use after free: it lies in the %zu-byte allocation at "
+                     "%#llx of GPU %d, which was freed (cuMemFree, or a cuMemFreeAsync its "
+                     "stream got to) before this use",
+                     what, ptr, f->bytes, f->ptr, f->device);
+        fake_die("%s: %#llx is not in a live GPU allocation (freed long ago, never "
+                 "allocated, or a host address)",
                  what, ptr);
+    }
     if (ptr + bytes > a->ptr + a->bytes)
         fake_die("%s: %zu bytes at %#llx run past the end of a %zu-byte allocation at %#llx",
                  what, bytes, ptr, a->bytes, a->ptr);
@@ -248,9 +318,17 @@ void fake_check_device_range(CUdeviceptr ptr, size_t bytes, int device, const ch
                  what, ptr);
 }
 
+/* The lock must be held. */
 static void check_host_range(const void *ptr, size_t bytes, const char *what) {
-    if (bytes && find_alloc((CUdeviceptr)(uintptr_t)ptr))
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+    if (!bytes)
+        return;
+    if (find_alloc(p))
         fake_die("%s: %p is GPU memory where a host address was expected", what, ptr);
+    if (find_freed(p))
+        fake_die("%s: %p is freed GPU memory (a use after free) where a host address was "
+                 "expected",
+                 what, ptr);
 }
 
 /* Fault injection, for tests: the next allocation of at least `fail_bytes` bytes on GPU
@@ -278,16 +356,21 @@ static CUresult alloc_on(CUdeviceptr *ptr, size_t bytes, int device, int ready) 
     if (fail)
         return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = NULL;
-    if (posix_memalign(&p, 256, bytes))
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (posix_memalign(&p, 256, bytes)) {
+        /* Out of host memory: give the quarantine back before saying out of memory. */
+        fake_lock();
+        while (q_count)
+            release_oldest();
+        fake_unlock();
+        if (posix_memalign(&p, 256, bytes))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     /* Not zero: code that reads memory it never wrote sees garbage, as on a GPU. */
     memset(p, 0xA5, bytes);
     fake_lock();
     if (n_allocs == cap_allocs) {
         cap_allocs = cap_allocs ? 2 * cap_allocs : 64;
-        allocs = realloc(allocs, cap_allocs * sizeof *allocs);
-        if (!allocs)
-            fake_die("out of host memory");
+        allocs = fake_xrealloc(allocs, cap_allocs * sizeof *allocs);
     }
     allocs[n_allocs++] = (allocation){(CUdeviceptr)(uintptr_t)p, bytes, device, ready};
     fake_unlock();
@@ -295,16 +378,23 @@ static CUresult alloc_on(CUdeviceptr *ptr, size_t bytes, int device, int ready) 
     return CUDA_SUCCESS;
 }
 
-/* Frees `ptr` (the lock held): it must be the start of a live allocation. */
+/* Frees `ptr` (the lock held): it must be the start of a live allocation. Its memory is
+ * poisoned and quarantined, not given back to malloc yet. */
 static void free_now(CUdeviceptr ptr, const char *what) {
     for (size_t i = 0; i < n_allocs; i++) {
         if (allocs[i].ptr == ptr) {
             memset((void *)(uintptr_t)ptr, 0xDD, allocs[i].bytes);
-            free((void *)(uintptr_t)ptr);
+            put_in_quarantine(allocs[i]);
             allocs[i] = allocs[--n_allocs];
             return;
         }
     }
+    allocation *f = find_freed(ptr);
+    if (f && f->ptr == ptr)
+        fake_die("%s: %#llx was freed already (a double free)", what, ptr);
+    if (f)
+        fake_die("%s: %#llx lies in a freed allocation at %#llx (a use after free)", what, ptr,
+                 f->ptr);
     fake_die("%s: %#llx is not the start of a live allocation (a double free?)", what, ptr);
 }
 
@@ -329,6 +419,18 @@ static size_t n_streams;
 
 int fake_stream_device(fake_stream *s) { return s ? s->device : fake_current_device(); }
 
+/* Test control: per GPU, how long each job of its streams sleeps before it runs, so that
+ * work stays pending well after the host call that queued it returned. (The default
+ * stream runs work on the calling thread, so nothing on it can be left pending.) */
+static unsigned slow_us[MAX_GPUS];
+
+void fake_gpu_slow_jobs(int device, unsigned us) {
+    fake_lock();
+    if (device >= 0 && device < MAX_GPUS)
+        slow_us[device] = us;
+    fake_unlock();
+}
+
 static void *worker(void *arg) {
     fake_stream *s = arg;
     const char *v = getenv("FAKE_GPU_JITTER_US");
@@ -339,11 +441,14 @@ static void *worker(void *arg) {
             pthread_cond_wait(&cond, &mu);
         if (!s->head)
             break;
-        if (jitter_us) {
-            /* Streams run at uneven speeds, so that work ordered only by luck (a free on one
-             * stream that must wait for a read on another) comes out of order sometimes. */
+        /* Streams run at uneven speeds, so that work ordered only by luck (a free on one
+         * stream that must wait for a read on another) comes out of order sometimes. */
+        unsigned sleep_us = jitter_us ? (unsigned)rand_r(&seed) % (jitter_us + 1) : 0;
+        if (s->device >= 0 && s->device < MAX_GPUS)
+            sleep_us += slow_us[s->device];
+        if (sleep_us) {
             fake_unlock();
-            usleep((useconds_t)(rand_r(&seed) % (jitter_us + 1)));
+            usleep((useconds_t)sleep_us);
             fake_lock();
         }
         job *j = s->head;
@@ -363,21 +468,18 @@ static void *worker(void *arg) {
 /* The legacy default stream (NULL) and the per-thread one (0x2) run work at once. */
 static int is_default(fake_stream *s) { return s == NULL || (uintptr_t)s == 0x2; }
 
-void fake_enqueue(fake_stream *s, void (*run)(void *), void *arg) {
+/* fake_enqueue with the lock held, for callers whose bookkeeping must change in the
+ * same hold as the queue (cuEventRecord: no other job may slip in between). */
+static void enqueue_locked(fake_stream *s, void (*run)(void *), void *arg) {
     if (is_default(s)) {
-        fake_lock();
         run(arg);
-        fake_unlock();
         free(arg);
         return;
     }
-    job *j = malloc(sizeof *j);
-    if (!j)
-        fake_die("out of host memory");
-    *j = (job){run, arg, NULL};
-    fake_lock();
     if (s->destroyed)
         fake_die("work queued on a destroyed stream");
+    job *j = fake_xmalloc(sizeof *j);
+    *j = (job){run, arg, NULL};
     if (s->tail)
         s->tail->next = j;
     else
@@ -385,6 +487,11 @@ void fake_enqueue(fake_stream *s, void (*run)(void *), void *arg) {
     s->tail = j;
     s->enqueued++;
     fake_broadcast();
+}
+
+void fake_enqueue(fake_stream *s, void (*run)(void *), void *arg) {
+    fake_lock();
+    enqueue_locked(s, run, arg);
     fake_unlock();
 }
 
@@ -392,10 +499,8 @@ CUresult cuStreamCreate(fake_stream **out, unsigned flags) {
     (void)flags;
     if (!current)
         return CUDA_ERROR_INVALID_CONTEXT;
-    fake_stream *s = calloc(1, sizeof *s);
-    if (!s)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    s->device = current->ordinal;
+    fake_stream *s = fake_xcalloc(1, sizeof *s);
+    s->device = ctx_device(current);
     fake_lock();
     if (n_streams == sizeof streams / sizeof *streams)
         fake_die("more than %zu streams", n_streams);
@@ -461,6 +566,7 @@ CUresult cuStreamQuery(fake_stream *s) {
     if (is_default(s))
         return CUDA_SUCCESS;
     fake_lock();
+    count_wait(s->device);
     CUresult r = s->completed < s->enqueued ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
     fake_unlock();
     return r;
@@ -495,8 +601,8 @@ static double now_s(void) {
 
 CUresult cuEventCreate(fake_event **out, unsigned flags) {
     (void)flags;
-    *out = calloc(1, sizeof **out);
-    return *out ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    *out = fake_xcalloc(1, sizeof **out);
+    return CUDA_SUCCESS;
 }
 
 CUresult cuEventDestroy_v2(fake_event *e) {
@@ -513,22 +619,17 @@ static void stamp(void *arg) {
 CUresult cuEventRecord(fake_event *e, fake_stream *s) {
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
-    fake_event **arg = malloc(sizeof *arg);
+    fake_event **arg = fake_xmalloc(sizeof *arg);
     *arg = e;
-    if (is_default(s)) {
-        fake_enqueue(s, stamp, arg);
-        fake_lock();
-        e->stream = NULL;
-        fake_unlock();
-        return CUDA_SUCCESS;
-    }
+    /* One lock hold: the event completes when its stamp job has run, so the target must
+     * count exactly the jobs queued before that one (another thread's enqueue may not slip
+     * in between). On the default stream the stamp runs at once and the event is done. */
     fake_lock();
-    /* The stamp job is queued below; the event completes when it has run. */
-    e->stream = s;
-    e->target = s->enqueued + 1;
+    e->stream = is_default(s) ? NULL : s;
+    e->target = is_default(s) ? 0 : s->enqueued + 1;
     e->first_poll = 0;
+    enqueue_locked(s, stamp, arg);
     fake_unlock();
-    fake_enqueue(s, stamp, arg);
     return CUDA_SUCCESS;
 }
 
@@ -568,13 +669,13 @@ CUresult cuEventSynchronize(fake_event *e) {
 
 CUresult cuEventElapsedTime(float *ms, fake_event *start, fake_event *end) {
     fake_lock();
+    /* The stamps are read under the lock too: a stream worker writes them. */
     int done = event_done(start) && event_done(end);
+    if (done)
+        *ms = (float)((end->at.tv_sec - start->at.tv_sec) * 1e3 +
+                      (end->at.tv_nsec - start->at.tv_nsec) / 1e6);
     fake_unlock();
-    if (!done)
-        return CUDA_ERROR_NOT_READY;
-    *ms = (float)((end->at.tv_sec - start->at.tv_sec) * 1e3 +
-                  (end->at.tv_nsec - start->at.tv_nsec) / 1e6);
-    return CUDA_SUCCESS;
+    return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 typedef struct {
@@ -602,7 +703,7 @@ CUresult cuStreamWaitEvent(fake_stream *s, fake_event *e, unsigned flags) {
         fake_unlock();
         return CUDA_SUCCESS;
     }
-    wait_arg *arg = malloc(sizeof *arg);
+    wait_arg *arg = fake_xmalloc(sizeof *arg);
     *arg = w;
     fake_enqueue(s, wait_event_job, arg);
     return CUDA_SUCCESS;
@@ -629,7 +730,7 @@ CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, fake_stream *s) {
     CUresult r = alloc_on(ptr, bytes, fake_stream_device(s), is_default(s));
     if (r != CUDA_SUCCESS || is_default(s))
         return r;
-    CUdeviceptr *arg = malloc(sizeof *arg);
+    CUdeviceptr *arg = fake_xmalloc(sizeof *arg);
     *arg = *ptr;
     fake_enqueue(s, ready_job, arg);
     return CUDA_SUCCESS;
@@ -638,7 +739,7 @@ CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, fake_stream *s) {
 static void free_job(void *arg) { free_now(*(CUdeviceptr *)arg, "cuMemFreeAsync"); }
 
 CUresult cuMemFreeAsync(CUdeviceptr ptr, fake_stream *s) {
-    CUdeviceptr *arg = malloc(sizeof *arg);
+    CUdeviceptr *arg = fake_xmalloc(sizeof *arg);
     *arg = ptr;
     fake_enqueue(s, free_job, arg);
     return CUDA_SUCCESS;
@@ -685,13 +786,13 @@ static void copy_job(void *arg) {
 static CUresult copy(void *dst, const void *src, size_t bytes, int kind, fake_stream *s) {
     if (bytes == 0)
         return CUDA_SUCCESS;
-    copy_arg *c = malloc(sizeof *c + (kind == 0 ? bytes : 0));
-    if (!c)
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    copy_arg *c = fake_xmalloc(sizeof *c + (kind == 0 ? bytes : 0));
     *c = (copy_arg){dst, src, bytes, kind};
     if (kind == 0) {
         /* Pageable host memory is staged at the call: the caller may reuse it at once. */
+        fake_lock();
         check_host_range(src, bytes, "cuMemcpyHtoDAsync source");
+        fake_unlock();
         memcpy(c->staged, src, bytes);
     }
     fake_enqueue(s, copy_job, c);
@@ -749,7 +850,7 @@ static void memset_job(void *arg) {
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t bytes, fake_stream *s) {
-    memset_arg *m = malloc(sizeof *m);
+    memset_arg *m = fake_xmalloc(sizeof *m);
     *m = (memset_arg){dst, value, bytes};
     fake_enqueue(s, memset_job, m);
     return CUDA_SUCCESS;

@@ -27,16 +27,29 @@ int fake_stream_device(fake_stream *stream);
 /* The ordinal of the calling thread's current context, or -1. */
 int fake_current_device(void);
 /* Aborts the process (after printing why) unless [ptr, ptr + bytes) lies in one live
- * allocation of GPU `device` (any GPU when `device` is -1). The lock must be held. */
+ * allocation of GPU `device` (any GPU when `device` is -1); the message says so when ptr
+ * is in memory freed not long ago (a use after free). The lock must be held. */
 void fake_check_device_range(unsigned long long ptr, size_t bytes, int device, const char *what);
 
 /* Prints "fake GPU: <message>" and aborts the process: a call the real library would
  * answer with undefined behaviour, a crash or a hang. */
 void fake_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
+/* malloc, calloc and realloc that die (fake_die) rather than return NULL: the simulation
+ * has no way to go on without its bookkeeping, and a test should not read a crash. */
+void *fake_xmalloc(size_t bytes);
+void *fake_xcalloc(size_t n, size_t size);
+void *fake_xrealloc(void *ptr, size_t bytes);
+
 /* Fault injection, called by tests (tests/nccl_gpu/simulated.rs):
  *   void fake_gpu_fail_alloc(int device, size_t min_bytes);  (cuda.c)
  *   void fake_nccl_fail_call(int device, int nth);           (nccl.c)
+ *   void fake_nccl_async_error(int device, int nth);         (nccl.c)
+ * (the nth collective from now on GPU `device` is accepted but never completes, and its
+ * communicator's ncclCommGetAsyncError says ncclSystemError); slow streams, so that work
+ * stays pending after the host call returns (every job on a stream of GPU `device` first
+ * sleeps `us` microseconds; 0 turns it off):
+ *   void fake_gpu_slow_jobs(int device, unsigned us);        (cuda.c)
  * counts of NCCL launches and collective calls per GPU:
  *   void fake_nccl_counts(int device, unsigned long long *launches,
  *                         unsigned long long *calls);         (nccl.c)

@@ -6,9 +6,13 @@
  * What it checks, aborting the process with a message where real NCCL would hang,
  * corrupt memory or misbehave: the ranks' calls pair up (the same collective, count,
  * type, operation and root, in the same order), every buffer is live memory of the
- * communicator's GPU when the collective runs, one GPU is not in a communicator twice, a
- * communicator is not used after ncclCommAbort, and a collective whose peer aborted
- * waits (as on a GPU) until its own communicator is aborted. */
+ * communicator's GPU when the collective runs, send and receive buffers are the same (in
+ * place, as NCCL defines it per collective) or do not overlap, one GPU is not in a
+ * communicator twice, a communicator is not used after ncclCommAbort, and a collective
+ * whose peer aborted waits (as on a GPU) until its own communicator is aborted.
+ *
+ * As in NCCL, a call that fails inside ncclGroupStart/ncclGroupEnd cancels the whole
+ * group: the outermost ncclGroupEnd launches none of its calls and returns the error. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +23,7 @@
 typedef int ncclResult_t;
 enum {
     ncclSuccess = 0,
+    ncclSystemError = 2,
     ncclInternalError = 3,
     ncclInvalidArgument = 4,
     ncclInvalidUsage = 5,
@@ -45,6 +50,7 @@ typedef struct {
     int dtype, red, root;
     struct comm *comm;
     fake_stream *stream;
+    int stuck; /* fake_nccl_async_error: never completes */
 } op;
 
 typedef struct clique {
@@ -62,6 +68,7 @@ typedef struct clique {
 typedef struct comm {
     clique *clique;
     int rank, device, aborted;
+    ncclResult_t async_error; /* what ncclCommGetAsyncError says */
 } comm;
 
 static clique *cliques;
@@ -84,6 +91,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
 const char *ncclGetErrorString(ncclResult_t r) {
     switch (r) {
     case ncclSuccess: return "no error";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInternalError: return "internal error";
     case ncclInvalidArgument: return "invalid argument";
     case ncclInvalidUsage: return "invalid usage";
     default: return "error";
@@ -108,11 +117,11 @@ ncclResult_t ncclCommInitRank(comm **out, int nranks, ncclUniqueId id, int rank)
     while (c && memcmp(&c->id, &id, sizeof id))
         c = c->next;
     if (!c) {
-        c = calloc(1, sizeof *c);
+        c = fake_xcalloc(1, sizeof *c);
         c->id = id;
         c->nranks = nranks;
-        c->ranks = calloc((size_t)nranks, sizeof *c->ranks);
-        c->ops = calloc((size_t)nranks, sizeof *c->ops);
+        c->ranks = fake_xcalloc((size_t)nranks, sizeof *c->ranks);
+        c->ops = fake_xcalloc((size_t)nranks, sizeof *c->ops);
         c->next = cliques;
         cliques = c;
     }
@@ -128,8 +137,8 @@ ncclResult_t ncclCommInitRank(comm **out, int nranks, ncclUniqueId id, int rank)
             return ncclInvalidUsage;
         }
     }
-    comm *me = calloc(1, sizeof *me);
-    *me = (comm){c, rank, device, 0};
+    comm *me = fake_xcalloc(1, sizeof *me);
+    *me = (comm){c, rank, device, 0, ncclSuccess};
     c->ranks[rank] = me;
     c->joined++;
     fake_broadcast();
@@ -173,9 +182,13 @@ ncclResult_t ncclCommCuDevice(const comm *c, int *device) {
     return ncclSuccess;
 }
 
+/* ncclSuccess, unless fake_nccl_async_error broke one of this rank's collectives. */
 ncclResult_t ncclCommGetAsyncError(comm *c, ncclResult_t *result) {
-    (void)c;
-    *result = ncclSuccess;
+    if (!c)
+        return ncclInvalidArgument;
+    fake_lock();
+    *result = c->async_error;
+    fake_unlock();
     return ncclSuccess;
 }
 
@@ -401,7 +414,7 @@ static void complete(clique *c) {
     size_t sz = type_size[o->dtype], count = o->count, bytes = count * sz;
     /* Into a scratch buffer first: the collectives may run in place. */
     size_t total = o->kind == ALL_GATHER || o->kind == REDUCE_SCATTER ? bytes * (size_t)n : bytes;
-    unsigned char *tmp = malloc(total ? total : 1);
+    unsigned char *tmp = fake_xmalloc(total);
     switch (o->kind) {
     case ALL_REDUCE:
     case REDUCE:
@@ -437,6 +450,17 @@ static void run_op(op *o) {
     double waited = 0;
     if (me->aborted)
         return;
+    if (o->stuck) {
+        /* A kernel stuck on a broken connection: the peers' matching collectives never
+         * get this rank's data, so they wait as for an aborted peer. */
+        c->broken = 1;
+        fake_broadcast();
+        while (!me->aborted)
+            fake_wait("an NCCL collective stuck by fake_nccl_async_error (this rank's "
+                      "communicator is never aborted)",
+                      &waited);
+        return;
+    }
     if (!c->broken) {
         check_buffers(o, c->nranks);
         c->ops[me->rank] = *o;
@@ -470,10 +494,12 @@ static void batch_job(void *arg) {
         run_op(&b->ops[i]);
 }
 
-/* The calls between ncclGroupStart and ncclGroupEnd on this thread. */
+/* The calls between ncclGroupStart and ncclGroupEnd on this thread, and the first error
+ * one of them returned (which cancels the group). */
 static __thread int group_depth;
 static __thread op *pending;
 static __thread size_t n_pending, cap_pending;
+static __thread ncclResult_t group_error;
 
 /* Per GPU: kernel launches (a group, or a call outside one) and collective calls. */
 static unsigned long long launches[64], calls[64];
@@ -500,7 +526,7 @@ static void launch(op *ops, size_t n) {
         for (size_t j = i; j < n; j++)
             if (ops[j].comm && ops[j].stream == s)
                 k++;
-        batch *b = malloc(sizeof *b + k * sizeof(op));
+        batch *b = fake_xmalloc(sizeof *b + k * sizeof(op));
         b->n = 0;
         for (size_t j = i; j < n; j++) {
             if (ops[j].comm && ops[j].stream == s) {
@@ -523,7 +549,59 @@ void fake_nccl_fail_call(int device, int nth) {
     fake_unlock();
 }
 
-static ncclResult_t submit(op o) {
+/* Fault injection, for tests: the `stuck_nth`-th collective accepted from now on GPU
+ * `stuck_device` returns ncclSuccess but never completes, as a kernel stuck on a broken
+ * connection: its stream stops there until the rank's communicator is aborted, and from
+ * that call on ncclCommGetAsyncError says ncclSystemError. */
+static int stuck_device = -1, stuck_nth;
+
+void fake_nccl_async_error(int device, int nth) {
+    fake_lock();
+    stuck_device = device;
+    stuck_nth = nth;
+    fake_unlock();
+}
+
+/* NCCL's in-place rules: a collective runs in place when its buffers are related as
+ * below, and gives undefined results when they overlap in any other way. Only the bytes
+ * a rank reads and writes count (a non-root Broadcast reads no send buffer, a non-root
+ * Reduce writes no receive buffer). */
+static void check_in_place(const op *o) {
+    uintptr_t send = (uintptr_t)o->send, recv = (uintptr_t)o->recv;
+    size_t nranks = (size_t)o->comm->clique->nranks, rank = (size_t)o->comm->rank;
+    size_t bytes = o->count * type_size[o->dtype], send_bytes = bytes, recv_bytes = bytes;
+    int in_place;
+    const char *rule;
+    switch (o->kind) {
+    case ALL_GATHER:
+        recv_bytes *= nranks;
+        in_place = send == recv + rank * bytes;
+        rule = "send == recv + rank * count * size";
+        break;
+    case REDUCE_SCATTER:
+        send_bytes *= nranks;
+        in_place = recv == send + rank * bytes;
+        rule = "recv == send + rank * recvcount * size";
+        break;
+    default:
+        if (o->kind == BROADCAST && o->comm->rank != o->root)
+            send_bytes = 0;
+        if (o->kind == REDUCE && o->comm->rank != o->root)
+            recv_bytes = 0;
+        in_place = send == recv;
+        rule = "send == recv";
+    }
+    if (in_place || !send_bytes || !recv_bytes || send + send_bytes <= recv ||
+        recv + recv_bytes <= send)
+        return;
+    fake_die("nccl%s on rank %d: the send buffer (%zu bytes at %#lx) overlaps the receive "
+             "buffer (%zu bytes at %#lx) but is not in place (%s): NCCL's results are "
+             "undefined",
+             kind_names[o->kind], o->comm->rank, send_bytes, (unsigned long)send, recv_bytes,
+             (unsigned long)recv, rule);
+}
+
+static ncclResult_t queue_op(op o) {
     if (!o.comm)
         return ncclInvalidArgument;
     fake_lock();
@@ -545,9 +623,15 @@ static ncclResult_t submit(op o) {
         fake_die("nccl%s on rank %d: a stream of GPU %d, the communicator is on GPU %d",
                  kind_names[o.kind], o.comm->rank, fake_stream_device(o.stream),
                  o.comm->device);
+    check_in_place(&o);
     fake_lock();
     if (o.comm->device < 64)
         calls[o.comm->device]++;
+    o.stuck = o.comm->device == stuck_device && --stuck_nth == 0;
+    if (o.stuck) {
+        stuck_device = -1;
+        o.comm->async_error = ncclSystemError;
+    }
     fake_unlock();
     if (group_depth == 0) {
         launch(&o, 1);
@@ -555,10 +639,17 @@ static ncclResult_t submit(op o) {
     }
     if (n_pending == cap_pending) {
         cap_pending = cap_pending ? 2 * cap_pending : 16;
-        pending = realloc(pending, cap_pending * sizeof *pending);
+        pending = fake_xrealloc(pending, cap_pending * sizeof *pending);
     }
     pending[n_pending++] = o;
     return ncclSuccess;
+}
+
+static ncclResult_t submit(op o) {
+    ncclResult_t r = queue_op(o);
+    if (r != ncclSuccess && group_depth > 0 && group_error == ncclSuccess)
+        group_error = r;
+    return r;
 }
 
 ncclResult_t ncclGroupStart(void) {
@@ -566,37 +657,42 @@ ncclResult_t ncclGroupStart(void) {
     return ncclSuccess;
 }
 
+/* The outermost ncclGroupEnd launches the group's calls, or, when one of them failed,
+ * none of them, and returns that call's error (as NCCL does). */
 ncclResult_t ncclGroupEnd(void) {
     if (group_depth == 0)
         return ncclInvalidUsage;
-    if (--group_depth == 0) {
+    if (--group_depth > 0)
+        return ncclSuccess;
+    ncclResult_t r = group_error;
+    group_error = ncclSuccess;
+    if (r == ncclSuccess)
         launch(pending, n_pending);
-        n_pending = 0;
-    }
-    return ncclSuccess;
+    n_pending = 0;
+    return r;
 }
 
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, int dtype, int red,
                            comm *c, fake_stream *s) {
-    return submit((op){ALL_REDUCE, send, recv, count, dtype, red, 0, c, s});
+    return submit((op){ALL_REDUCE, send, recv, count, dtype, red, 0, c, s, 0});
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, int dtype, int root,
                            comm *c, fake_stream *s) {
-    return submit((op){BROADCAST, send, recv, count, dtype, SUM, root, c, s});
+    return submit((op){BROADCAST, send, recv, count, dtype, SUM, root, c, s, 0});
 }
 
 ncclResult_t ncclReduce(const void *send, void *recv, size_t count, int dtype, int red, int root,
                         comm *c, fake_stream *s) {
-    return submit((op){REDUCE, send, recv, count, dtype, red, root, c, s});
+    return submit((op){REDUCE, send, recv, count, dtype, red, root, c, s, 0});
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, int dtype, comm *c,
                            fake_stream *s) {
-    return submit((op){ALL_GATHER, send, recv, count, dtype, SUM, 0, c, s});
+    return submit((op){ALL_GATHER, send, recv, count, dtype, SUM, 0, c, s, 0});
 }
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, int dtype, int red,
                                comm *c, fake_stream *s) {
-    return submit((op){REDUCE_SCATTER, send, recv, count, dtype, red, 0, c, s});
+    return submit((op){REDUCE_SCATTER, send, recv, count, dtype, red, 0, c, s, 0});
 }

@@ -99,6 +99,8 @@ struct Sim {
     fail_nccl_call: unsafe extern "C" fn(c_int, c_int),
     nccl_counts: unsafe extern "C" fn(c_int, *mut u64, *mut u64),
     host_waits: unsafe extern "C" fn(c_int) -> u64,
+    slow_jobs: unsafe extern "C" fn(c_int, u32),
+    async_error: unsafe extern "C" fn(c_int, c_int),
 }
 
 /// The controls, or `None` (after saying why) when this process does not run on the
@@ -123,14 +125,27 @@ fn sim() -> Option<Sim> {
                 .map(|f| *f),
             cuda.get::<unsafe extern "C" fn(c_int) -> u64>(b"fake_gpu_host_waits\0")
                 .map(|f| *f),
+            cuda.get::<unsafe extern "C" fn(c_int, u32)>(b"fake_gpu_slow_jobs\0")
+                .map(|f| *f),
+            nccl.get::<unsafe extern "C" fn(c_int, c_int)>(b"fake_nccl_async_error\0")
+                .map(|f| *f),
         )
     };
     match found {
-        (Ok(fail_alloc), Ok(fail_nccl_call), Ok(nccl_counts), Ok(host_waits)) => Some(Sim {
+        (
+            Ok(fail_alloc),
+            Ok(fail_nccl_call),
+            Ok(nccl_counts),
+            Ok(host_waits),
+            Ok(slow_jobs),
+            Ok(async_error),
+        ) => Some(Sim {
             fail_alloc,
             fail_nccl_call,
             nccl_counts,
             host_waits,
+            slow_jobs,
+            async_error,
         }),
         _ => {
             eprintln!("skipped: needs the simulated GPU (its fault injection and counters)");
@@ -159,6 +174,19 @@ impl Sim {
         // SAFETY: a plain call into the simulation, writing two locals.
         unsafe { (self.nccl_counts)(device as c_int, &mut launches, &mut calls) };
         (launches, calls)
+    }
+
+    /// Every job on a stream of GPU `device` first sleeps `us` microseconds (0: no more).
+    fn slow_jobs(&self, device: usize, us: u32) {
+        // SAFETY: a plain call into the simulation.
+        unsafe { (self.slow_jobs)(device as c_int, us) }
+    }
+
+    /// The `nth` NCCL collective called from now on GPU `device` never completes, and
+    /// NCCL reports an error for its communicator (as for a broken connection).
+    fn async_error(&self, device: usize, nth: usize) {
+        // SAFETY: a plain call into the simulation.
+        unsafe { (self.async_error)(device as c_int, nth as c_int) }
     }
 
     /// Host calls so far that waited for, or polled, a stream of GPU `device`.
@@ -228,7 +256,7 @@ fn a_failed_nccl_call_on_one_rank_ends_the_group_without_a_hang() {
     let _serial = serial();
     // A failed call leaves the peer's collective waiting on its GPU for a partner that
     // will never come, until the group is aborted. The first call of PairSum's one-call
-    // group; the third of MixedSum's five (two calls of the group already queued).
+    // group; the third of MixedSum's five (NCCL then launches none of the group).
     let mut g = pair_sum();
     let pair = fail_then_run(&sim, 1, || g.execute_timeout(LONG).map(drop));
     g.teardown().unwrap();
@@ -296,5 +324,87 @@ fn a_stage_of_gpu_values_is_one_nccl_launch_and_never_waits_for_the_gpu() {
         let counts = during(&mut || drop(g.execute_timeout(LONG).unwrap()));
         assert_eq!(counts, vec![[2, 2, 0]; 2]);
     }
+    g.teardown().unwrap();
+}
+
+graph! {
+    /// PairSum without the host value: the stage never waits for its collective.
+    PairGrad(ns: [Pair]) {
+        let g = ns.grad();
+        allreduce(g)
+    }
+}
+
+#[test]
+fn results_handed_out_stay_right_when_a_later_stage_fails() {
+    let Some(sim) = sim() else { return };
+    let _serial = serial();
+    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
+    let mut g = PairGrad::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
+    for t in g.execute_timeout(LONG).unwrap() {
+        assert_eq!(host(&t), want);
+    }
+    // GPU 1 lags: this execution's allreduce is still queued on both GPUs when `execute`
+    // returns its views, and when rank 1's next NCCL call fails.
+    sim.slow_jobs(1, 20_000);
+    let held = g.execute_timeout(LONG).unwrap();
+    sim.fail_nccl_call(1, 1);
+    let failed = g.execute_timeout(LONG).map(drop);
+    sim.slow_jobs(1, 0);
+    assert!(matches!(failed, Err(Error::Gpu { .. })), "{failed:?}");
+    // Rank 0 aborts at its next stage, after its earlier collectives finished.
+    assert!(matches!(
+        g.execute_timeout(LONG).map(drop),
+        Err(Error::Broken { .. })
+    ));
+    for t in &held {
+        let got = host(t);
+        assert!(
+            got == want,
+            "a result handed out before the failure changed"
+        );
+    }
+    g.teardown().unwrap();
+}
+
+#[test]
+fn an_nccl_error_reported_later_fails_the_stage_that_waits_for_it() {
+    let Some(sim) = sim() else { return };
+    let _serial = serial();
+    // PairSum's loss is a host value: the stage waits for its collective, which on rank 1
+    // never completes; NCCL reports why.
+    let mut g = pair_sum();
+    assert_exact_sums(&mut g);
+    sim.async_error(1, 1);
+    match g.execute_timeout(LONG) {
+        Err(Error::Gpu { call, message }) => {
+            assert_eq!(
+                (call, message.as_str()),
+                ("ncclCommGetAsyncError", "ncclSystemError")
+            )
+        }
+        other => panic!("expected the asynchronous NCCL error, got {other:?}"),
+    }
+    assert!(matches!(
+        g.execute_timeout(LONG).map(drop),
+        Err(Error::Broken { .. })
+    ));
+    g.teardown().unwrap();
+
+    // All on the GPU, nothing waits: the next stage reports it.
+    let makers = vec![Maker { calls: 0 }, Maker { calls: 0 }];
+    let mut g = MixedSum::launch(makers, Nccl::new([0, 1]).unwrap()).unwrap();
+    g.execute_timeout(LONG).unwrap();
+    sim.async_error(1, 1);
+    let _ = g.execute_timeout(LONG);
+    match g.execute_timeout(LONG).map(drop) {
+        Err(Error::Gpu { call, .. }) => assert_eq!(call, "ncclCommGetAsyncError"),
+        other => panic!("expected the asynchronous NCCL error, got {other:?}"),
+    }
+    assert!(matches!(
+        g.execute_timeout(LONG).map(drop),
+        Err(Error::Broken { .. })
+    ));
     g.teardown().unwrap();
 }

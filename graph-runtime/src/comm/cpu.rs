@@ -259,7 +259,7 @@ impl Communicator for CpuComm {
             // flight, a rank that returned now could reach this stage again in the next
             // execution and rewrite them. Return only once every rank is done reading (a
             // barrier that costs only on this failure path).
-            self.wait()?;
+            self.wait_all();
             return Err(StageError::Disagreed(why));
         }
         // SAFETY: as above; every rank keeps its buffer table (on its stack) until its last
@@ -267,7 +267,7 @@ impl Communicator for CpuComm {
         if let Err(why) = unsafe { self.check_buffers(header, collective) } {
             // Every rank reaches this verdict, but a slower peer may still be reading our
             // table: return only once every rank is done with the check.
-            self.wait()?;
+            self.wait_all();
             return Err(StageError::Disagreed(why));
         }
 
@@ -317,7 +317,8 @@ impl Communicator for CpuComm {
                 }
             }
         }
-        self.wait()
+        self.wait_all();
+        Ok(())
     }
 
     fn reads_in_place(&self) -> bool {
@@ -348,7 +349,7 @@ impl Communicator for CpuComm {
         }
         // Rank 0 filled every entry before this barrier, and each rank empties its own
         // after it, before the stage that could fill it again (one barrier later at least).
-        self.wait()?;
+        self.wait_all();
         if self.rank != 0 {
             *buffers = std::mem::take(&mut mailbox()[self.rank]);
         }
@@ -404,6 +405,8 @@ fn slot_offsets(slots: &[SlotDesc]) -> impl Iterator<Item = (SlotDesc, usize)> +
 }
 
 impl CpuComm {
+    /// A stage's first barrier, where ranks wait for peers that may never come: an abort
+    /// ends it, on every rank alike.
     fn wait(&self) -> Result<(), StageError> {
         // Alone, there is nobody to wait for: a group of one runs the same code, barriers
         // aside (as before, a group of one cannot be aborted mid-stage either).
@@ -411,6 +414,15 @@ impl CpuComm {
             return Ok(());
         }
         self.shared.barrier.wait().map_err(|_| StageError::Aborted)
+    }
+
+    /// A later barrier of a stage: every rank passed the first, so every rank comes here in
+    /// bounded time, and none may leave before the others are done reading its buffers
+    /// (an abort meanwhile is seen at the next stage's first barrier).
+    fn wait_all(&self) {
+        if self.size > 1 {
+            self.shared.barrier.wait_all();
+        }
     }
 
     /// Checks every rank's buffers against the agreed slots, so that the payload never

@@ -1,57 +1,52 @@
 //! The header agreement of the NCCL backend's stages, on the host.
 //!
-//! A group's ranks are threads of one process, so they agree the way the CPU communicator
-//! does: each posts where its header is, one barrier, every rank runs [`agree`] over every
-//! header and reaches the same verdict, a second barrier (a header lives in its rank's
-//! fused stage, which may be rewritten once the rank returns). Nothing of it touches the
-//! GPU: a stage neither waits for its stream nor adds a collective, so the payload queues
-//! behind the methods' kernels at once.
+//! A group's ranks are threads of one process, so they agree in shared memory: each copies
+//! its header into its post, one barrier, and every rank runs [`agree`] over every post
+//! and reaches the same verdict. Nothing of it touches the GPU: a stage neither waits for
+//! its stream nor adds a collective, so the payload queues behind the methods' kernels at
+//! once.
+//!
+//! Each rank has two posts, used in alternate stages: a rank writes a post again two
+//! stages later, after the next stage's barrier, which every peer reaches only once done
+//! reading this one. Posts are copies behind locks (never taken by two ranks at once in
+//! that scheme), so a rank that gives up on an abort leaves nothing a peer could read
+//! after it is gone.
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::comm::{agree, Collective, Header, SlotDesc, StageError, Status};
 use crate::sync::Barrier;
 
-/// Where each rank's header is during a stage's agreement.
+/// Where the ranks of a group agree on each stage's headers.
 pub(super) struct Board {
     barrier: Barrier,
-    posts: Box<[Padded<Post>]>,
+    /// Per rank, two posts.
+    posts: Box<[[Mutex<Post>; 2]]>,
 }
 
-#[repr(align(128))]
-struct Padded<T>(T);
-
-/// A rank's header, by address: written with relaxed stores before the first barrier,
-/// which orders them (and the slots they point to) before every peer's reads.
+/// A copy of a rank's header.
 #[derive(Default)]
 struct Post {
-    failed: AtomicUsize,
-    slots: AtomicUsize,
-    nslots: AtomicUsize,
+    failed: bool,
+    slots: Vec<SlotDesc>,
 }
 
 impl Post {
-    /// # Safety
-    /// Between the first and the second barrier of a stage that posted it.
-    unsafe fn header(&self) -> Header<'_> {
-        let len = self.nslots.load(Relaxed);
-        let slots = if len == 0 {
-            &[]
-        } else {
-            // SAFETY: the poster's `len` slots, alive until it passes the second barrier,
-            // which it does only after every rank is done here.
-            unsafe { std::slice::from_raw_parts(self.slots.load(Relaxed) as *const SlotDesc, len) }
-        };
+    fn header(&self) -> Header<'_> {
         Header {
-            status: if self.failed.load(Relaxed) != 0 {
+            status: if self.failed {
                 Status::Failed
             } else {
                 Status::Ok
             },
-            slots,
+            slots: &self.slots,
             data: &[],
         }
     }
+}
+
+fn lock(post: &Mutex<Post>) -> MutexGuard<'_, Post> {
+    post.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl std::fmt::Debug for Board {
@@ -66,7 +61,7 @@ impl Board {
     pub(super) fn new(size: usize) -> Self {
         Self {
             barrier: Barrier::new(size),
-            posts: (0..size).map(|_| Padded(Post::default())).collect(),
+            posts: (0..size).map(|_| Default::default()).collect(),
         }
     }
 
@@ -75,31 +70,27 @@ impl Board {
         self.barrier.abort();
     }
 
-    /// Rank `rank`'s part in the agreement on `header`: `Ok` when every rank's header
-    /// agrees, else the verdict that every rank reaches; [`StageError::Aborted`] if the
-    /// group is aborted meanwhile.
+    /// Rank `rank`'s part in the agreement on `header` in its stage number `round` (the
+    /// ranks count their stages alike): `Ok` when every rank's header agrees, else the
+    /// verdict that every rank reaches; [`StageError::Aborted`], on every rank, if the
+    /// group is aborted first.
     pub(super) fn agree(
         &self,
         rank: usize,
+        round: usize,
         header: &Header<'_>,
         collective: Collective,
     ) -> Result<(), StageError> {
-        let size = self.posts.len();
-        let mine = &self.posts[rank].0;
-        mine.failed
-            .store(usize::from(header.status == Status::Failed), Relaxed);
-        mine.slots.store(header.slots.as_ptr() as usize, Relaxed);
-        mine.nslots.store(header.slots.len(), Relaxed);
-        self.wait()?;
-        // SAFETY: every rank posted before the barrier we just passed, and keeps its slots
-        // until it passes the next one.
-        let verdict = agree(size, collective, |q| unsafe { self.posts[q].0.header() });
-        self.wait()?;
-        verdict.map_err(StageError::Disagreed)
-    }
-
-    fn wait(&self) -> Result<(), StageError> {
-        self.barrier.wait().map_err(|_| StageError::Aborted)
+        let parity = round & 1;
+        {
+            let mut mine = lock(&self.posts[rank][parity]);
+            mine.failed = header.status == Status::Failed;
+            mine.slots.clear();
+            mine.slots.extend_from_slice(header.slots);
+        }
+        self.barrier.wait().map_err(|_| StageError::Aborted)?;
+        let posts: Vec<_> = self.posts.iter().map(|p| lock(&p[parity])).collect();
+        agree(posts.len(), collective, |q| posts[q].header()).map_err(StageError::Disagreed)
     }
 }
 
@@ -133,7 +124,7 @@ mod tests {
                         slots,
                         data: &[],
                     };
-                    board.agree(rank, &header, collective)
+                    board.agree(rank, 0, &header, collective)
                 })
             })
             .collect();
@@ -166,6 +157,37 @@ mod tests {
     }
 
     #[test]
+    fn many_rounds_each_reach_their_own_verdict() {
+        // Rank 1 posts a longer value every seventh round; a post read in the wrong round
+        // would give a verdict that does not match the round's.
+        let (ranks, rounds) = (3, 300);
+        let board = Arc::new(Board::new(ranks));
+        let threads: Vec<_> = (0..ranks)
+            .map(|rank| {
+                let board = Arc::clone(&board);
+                std::thread::spawn(move || {
+                    (0..rounds)
+                        .map(|round| {
+                            let len = round % 5 + usize::from(rank == 1 && round % 7 == 0);
+                            let slots = vec![SlotDesc::flat(DType::I32, len); round % 3];
+                            let header = Header {
+                                status: Status::Ok,
+                                slots: &slots,
+                                data: &[],
+                            };
+                            board.agree(rank, round, &header, SUM).is_ok()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let want: Vec<bool> = (0..rounds).map(|r| r % 7 != 0 || r % 3 == 0).collect();
+        for t in threads {
+            assert_eq!(t.join().unwrap(), want);
+        }
+    }
+
+    #[test]
     fn an_aborted_board_fails_waiting_and_later_agreements() {
         let board = Arc::new(Board::new(2));
         let waiting = {
@@ -176,7 +198,7 @@ mod tests {
                     slots: &[],
                     data: &[],
                 };
-                board.agree(0, &header, SUM)
+                board.agree(0, 0, &header, SUM)
             })
         };
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -188,7 +210,7 @@ mod tests {
             data: &[],
         };
         assert!(matches!(
-            board.agree(1, &header, SUM),
+            board.agree(1, 0, &header, SUM),
             Err(StageError::Aborted)
         ));
     }

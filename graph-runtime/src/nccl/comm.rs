@@ -10,7 +10,7 @@ use cudarc::nccl::result::{self as nccl, NcclError};
 use cudarc::nccl::sys;
 
 use super::agree::Board;
-use super::{device_count, gpu, require_cuda, require_nccl, set_current, Device};
+use super::{alloc_zeros, device_count, gpu, require_cuda, require_nccl, set_current, Device};
 use crate::bucket::DevRegion;
 use crate::comm::{AbortHandle, Backend, Collective, Communicator, Header, RegionMut, StageError};
 use crate::{DType, Error, ReduceOp};
@@ -115,6 +115,7 @@ impl Backend for Nccl {
                 devices: Arc::clone(&devices),
                 shared: Arc::clone(&shared),
                 attached: None,
+                round: 0,
             })
             .collect())
     }
@@ -153,6 +154,8 @@ pub struct NcclComm {
     devices: Arc<[usize]>,
     shared: Arc<Shared>,
     attached: Option<Attached>,
+    /// Stages agreed on so far.
+    round: usize,
 }
 
 /// The per-thread part, made by `attach`.
@@ -162,6 +165,11 @@ struct Attached {
     device: Device,
     /// Recorded after the work a stage waits for; polled so that a wait can be aborted.
     done: CudaEvent,
+    /// Recorded before each launch: the work of earlier stages, whose collectives every
+    /// rank launched and whose results went out as good.
+    before: CudaEvent,
+    /// The warm-up allreduce's byte.
+    warm: CudaSlice<u8>,
     /// Device copies of the regions handed to the host-memory `stage`.
     scratch: Vec<CudaSlice<u8>>,
 }
@@ -174,6 +182,29 @@ struct RawComm {
 }
 
 impl RawComm {
+    /// An error NCCL met on this communicator after the call that queued the work (a
+    /// failed connection, say), if any.
+    fn async_error(&self) -> Result<(), Error> {
+        if !self.live {
+            return Ok(());
+        }
+        let mut result = sys::ncclResult_t::ncclSuccess;
+        // SAFETY: a live handle from `ncclCommInitRank`, and an out-pointer to a local.
+        let called = unsafe { sys::ncclCommGetAsyncError(self.handle, &mut result) };
+        for code in [called, result] {
+            if !matches!(
+                code,
+                sys::ncclResult_t::ncclSuccess | sys::ncclResult_t::ncclInProgress
+            ) {
+                return Err(Error::Gpu {
+                    call: "ncclCommGetAsyncError",
+                    message: format!("{code:?}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Aborts the communicator: NCCL work of it still queued or running on the GPU stops,
     /// so that the stream drains.
     fn abort(&mut self) {
@@ -250,11 +281,21 @@ impl NcclComm {
         ins: &[DevRegion],
         outs: &[DevRegion],
     ) -> Result<(), StageError> {
+        self.ready()?;
+        self.agree(header, collective)?;
+        self.launch(header, collective, ins, outs)
+    }
+
+    /// Whether a stage may start: not when the group is aborted, nor when NCCL reported an
+    /// error on this communicator since the last stage (its collectives never complete).
+    fn ready(&mut self) -> Result<(), StageError> {
         if self.shared.aborted.load(SeqCst) {
             return Err(StageError::Aborted);
         }
-        self.agree(header, collective)?;
-        self.launch(header, collective, ins, outs)
+        self.attached()?
+            .comm
+            .async_error()
+            .map_err(StageError::Comm)
     }
 
     /// Waits for the work queued on this rank's stream; gives up with
@@ -266,45 +307,46 @@ impl NcclComm {
 
     /// A CUDA or NCCL failure on one rank leaves its NCCL calls out of step with its
     /// peers' (NCCL pairs collectives by order only), so it ends the whole group: the
-    /// peers' waits give up, and this rank's communicator is aborted at once so that its
-    /// stream drains. An abort from outside does the same here.
+    /// peers' waits and agreements give up, and this rank's communicator is aborted so that
+    /// its stream drains. An abort from outside does the same here.
+    ///
+    /// Before the abort, the collectives of earlier stages finish: every rank launched
+    /// them, their results may already be in the caller's hands (GPU views are handed out
+    /// before the GPU is done), and each rank waits for its own before aborting, so they
+    /// complete. Only work stuck for another reason meets the abort after [`GRACE`].
     fn settle<T>(&mut self, r: Result<T, StageError>) -> Result<T, StageError> {
         if matches!(r, Err(StageError::Comm(_) | StageError::Aborted)) {
             self.shared.abort();
             if let Some(a) = &mut self.attached {
+                if a.comm.live {
+                    let deadline = std::time::Instant::now() + GRACE;
+                    poll(|| {
+                        let done = a.before.try_is_complete().unwrap_or(true);
+                        (done || std::time::Instant::now() >= deadline).then_some(())
+                    });
+                }
                 a.comm.abort();
             }
         }
         r
     }
 
+    /// Waits for the work queued on this rank's stream, polling an event so that the wait
+    /// can end otherwise: with [`StageError::Aborted`] when the group is aborted, with the
+    /// error when NCCL reports one on this communicator (a collective that met it never
+    /// completes).
     fn wait_inner(&mut self) -> Result<(), StageError> {
         let shared = Arc::clone(&self.shared);
         let a = self.attached()?;
         a.done
             .record(a.device.stream())
             .map_err(|e| StageError::Comm(gpu("cuEventRecord")(e)))?;
-        let mut polls = 0u32;
-        loop {
-            match a.done.try_is_complete() {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                Err(e) => return Err(StageError::Comm(gpu("cuEventQuery")(e))),
-            }
-            if shared.aborted.load(SeqCst) {
-                return Err(StageError::Aborted);
-            }
-            // A stage's payload takes microseconds to milliseconds: poll hot first, then
-            // leave the core to others.
-            polls += 1;
-            if polls < 64 {
-                std::hint::spin_loop();
-            } else if polls < 1024 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(std::time::Duration::from_micros(50));
-            }
-        }
+        poll(|| match a.done.try_is_complete() {
+            Ok(true) => Some(Ok(())),
+            Err(e) => Some(Err(StageError::Comm(gpu("cuEventQuery")(e)))),
+            Ok(false) if shared.aborted.load(SeqCst) => Some(Err(StageError::Aborted)),
+            Ok(false) => a.comm.async_error().err().map(|e| Err(StageError::Comm(e))),
+        })
     }
 
     /// `Communicator::stage` over host regions: agreement, then copies to the GPU, the
@@ -316,9 +358,7 @@ impl NcclComm {
         regions: &mut [RegionMut<'_>],
         outputs: &mut [RegionMut<'_>],
     ) -> Result<(), StageError> {
-        if self.shared.aborted.load(SeqCst) {
-            return Err(StageError::Aborted);
-        }
+        self.ready()?;
         self.agree(header, collective)?;
         if regions.is_empty() {
             return Ok(());
@@ -351,7 +391,10 @@ impl NcclComm {
 
     /// The failure model's header agreement, on the host (see `agree.rs`).
     fn agree(&mut self, header: &Header<'_>, collective: Collective) -> Result<(), StageError> {
-        self.shared.board.agree(self.rank, header, collective)
+        self.round = self.round.wrapping_add(1);
+        self.shared
+            .board
+            .agree(self.rank, self.round, header, collective)
     }
 
     /// Queues `collective` over every region as one NCCL group: one launch.
@@ -364,6 +407,9 @@ impl NcclComm {
     ) -> Result<(), StageError> {
         let size = self.size;
         let a = self.attached()?;
+        a.before
+            .record(a.device.stream())
+            .map_err(|e| StageError::Comm(gpu("cuEventRecord")(e)))?;
         let (comm, stream) = (
             a.comm.handle,
             a.device.stream().cu_stream() as sys::cudaStream_t,
@@ -501,13 +547,25 @@ impl Communicator for NcclComm {
     }
 
     fn attach(&mut self) -> Result<(), Error> {
-        let device = Device::new(self.ordinal)
-            .and_then(|d| share_pool_with_peers(&d, &self.devices).map(|()| d));
-        if device.is_err() {
+        // Everything that can fail on one rank alone happens before the barrier: after
+        // `ncclCommInitRank`, a rank that gave up would leave its peers inside NCCL.
+        let opened = Device::new(self.ordinal)
+            .and_then(|d| share_pool_with_peers(&d, &self.devices).map(|()| d))
+            .and_then(|device| {
+                let event = || {
+                    device
+                        .context()
+                        .new_event(None)
+                        .map_err(gpu("cuEventCreate"))
+                };
+                let warm = alloc_zeros::<u8>(device.stream(), 1)?;
+                Ok((event()?, event()?, warm, device))
+            });
+        if opened.is_err() {
             self.shared.failed.store(true, SeqCst);
         }
         self.shared.barrier.wait();
-        let device = device?;
+        let (done, before, warm, device) = opened?;
         if self.shared.failed.load(SeqCst) {
             return Err(Error::Backend(format!(
                 "rank {}: another rank of the group could not open its GPU",
@@ -531,15 +589,13 @@ impl Communicator for NcclComm {
                 live: true,
             }
         };
-        let done = device
-            .context()
-            .new_event(None)
-            .map_err(gpu("cuEventCreate"))?;
         set_current(Some(device.clone()));
         self.attached = Some(Attached {
             comm,
             device,
             done,
+            before,
+            warm,
             scratch: Vec::new(),
         });
         self.warm_up().map_err(|e| match e {
@@ -560,10 +616,7 @@ impl NcclComm {
     fn warm_up(&mut self) -> Result<(), StageError> {
         let a = self.attached()?;
         let stream = Arc::clone(a.device.stream());
-        let mut one = stream
-            .alloc_zeros::<u8>(1)
-            .map_err(|e| StageError::Comm(gpu("cuMemAlloc")(e)))?;
-        let (ptr, _record) = one.device_ptr_mut(&stream);
+        let ptr = a.warm.device_ptr_mut(&stream).0;
         let region = DevRegion {
             dtype: DType::U8,
             ptr,
@@ -731,4 +784,27 @@ fn nccl_err(call: &'static str) -> impl FnOnce(NcclError) -> Error {
 
 fn nccl_stage_err(call: &'static str) -> impl FnOnce(NcclError) -> StageError {
     move |e| StageError::Comm(nccl_err(call)(e))
+}
+
+/// How long a failing rank lets the collectives of earlier stages finish before it aborts
+/// its communicator (they normally take microseconds to milliseconds).
+const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Calls `step` until it gives a value: hot first, since a stage's payload takes
+/// microseconds to milliseconds, then leaving the core to others.
+fn poll<T>(mut step: impl FnMut() -> Option<T>) -> T {
+    let mut polls = 0u32;
+    loop {
+        if let Some(value) = step() {
+            return value;
+        }
+        polls += 1;
+        if polls < 64 {
+            std::hint::spin_loop();
+        } else if polls < 1024 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
 }

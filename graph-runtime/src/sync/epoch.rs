@@ -105,6 +105,30 @@ impl Epoch {
         }
     }
 
+    /// [`advance`](Self::advance), unless the epoch is aborted: then nothing moves. So every
+    /// waiter on the current value sees either the advance or the abort, never the abort
+    /// first and then the advance.
+    pub(crate) fn advance_unless_aborted(&self) -> Result<(), Interrupted> {
+        let mut state = self.state.load(Relaxed);
+        loop {
+            if state & ABORTED != 0 {
+                return Err(Interrupted::Aborted);
+            }
+            match self
+                .state
+                .compare_exchange(state, state + ONE, AcqRel, Relaxed)
+            {
+                Ok(old) => {
+                    if old & SLEEPERS != 0 {
+                        self.wake_sleepers();
+                    }
+                    return Ok(());
+                }
+                Err(now) => state = now,
+            }
+        }
+    }
+
     /// Makes every current and future wait return [`Interrupted::Aborted`].
     pub(crate) fn abort(&self) {
         let old = self.state.fetch_or(ABORTED, AcqRel);
@@ -125,10 +149,10 @@ impl Epoch {
         self.cv.notify_all();
     }
 
-    fn check(state: u64, seen: u64) -> Option<Result<u64, Interrupted>> {
+    fn check(state: u64, seen: u64, abortable: bool) -> Option<Result<u64, Interrupted>> {
         if state / ONE != seen {
             Some(Ok(state / ONE))
-        } else if state & ABORTED != 0 {
+        } else if abortable && state & ABORTED != 0 {
             Some(Err(Interrupted::Aborted))
         } else {
             None
@@ -142,27 +166,50 @@ impl Epoch {
         seen: u64,
         deadline: Option<Instant>,
     ) -> Result<u64, Interrupted> {
+        self.wait_past_inner(seen, deadline, true)
+    }
+
+    /// Waits until the value differs from `seen`, whether or not the epoch is aborted.
+    pub(crate) fn wait_past_unabortable(&self, seen: u64) -> u64 {
+        match self.wait_past_inner(seen, None, false) {
+            Ok(value) => value,
+            // Unreachable: no deadline, and aborts are ignored.
+            Err(_) => seen + 1,
+        }
+    }
+
+    fn wait_past_inner(
+        &self,
+        seen: u64,
+        deadline: Option<Instant>,
+        abortable: bool,
+    ) -> Result<u64, Interrupted> {
         for _ in 0..budget::spins() {
-            if let Some(r) = Self::check(self.state.load(Acquire), seen) {
+            if let Some(r) = Self::check(self.state.load(Acquire), seen, abortable) {
                 return r;
             }
             spin_loop();
         }
         for _ in 0..budget::YIELDS {
-            if let Some(r) = Self::check(self.state.load(Acquire), seen) {
+            if let Some(r) = Self::check(self.state.load(Acquire), seen, abortable) {
                 return r;
             }
             yield_now();
         }
-        self.park_past(seen, deadline)
+        self.park_past(seen, deadline, abortable)
     }
 
     #[cold]
-    fn park_past(&self, seen: u64, deadline: Option<Instant>) -> Result<u64, Interrupted> {
+    fn park_past(
+        &self,
+        seen: u64,
+        deadline: Option<Instant>,
+        abortable: bool,
+    ) -> Result<u64, Interrupted> {
         let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let state = self.state.fetch_or(SLEEPERS, AcqRel);
-            if let Some(r) = Self::check(state, seen) {
+            if let Some(r) = Self::check(state, seen, abortable) {
                 return r;
             }
             guard = match deadline {
@@ -219,6 +266,10 @@ impl Barrier {
 
     /// Waits until all parties have called `wait`. Everything a party wrote before its call
     /// is visible to every party after theirs.
+    ///
+    /// An abort fails the wait of every party alike: either all of them pass (the last one
+    /// arrived before the abort) or none does, so that no party goes on to read what a
+    /// party that gave up no longer keeps.
     pub(crate) fn wait(&self) -> Result<(), Interrupted> {
         if self.epoch.is_aborted() {
             return Err(Interrupted::Aborted);
@@ -227,12 +278,25 @@ impl Barrier {
         // every party, us included, has arrived.
         let seen = self.epoch.current();
         if self.arrived.fetch_add(1, AcqRel) + 1 == self.parties {
-            // Nobody touches `arrived` again before they see the new epoch.
+            // Nobody touches `arrived` again before they see the new epoch (after an abort
+            // nobody does: the barrier is done).
             self.arrived.store(0, Relaxed);
-            self.epoch.advance();
-            Ok(())
+            self.epoch.advance_unless_aborted()
         } else {
             self.epoch.wait_past(seen, None).map(drop)
+        }
+    }
+
+    /// [`wait`](Self::wait), ignoring aborts: for a point every party is bound to reach
+    /// (the later barriers of a stage that all parties entered), where a party must not
+    /// leave while others may still read what it posted.
+    pub(crate) fn wait_all(&self) {
+        let seen = self.epoch.current();
+        if self.arrived.fetch_add(1, AcqRel) + 1 == self.parties {
+            self.arrived.store(0, Relaxed);
+            self.epoch.advance();
+        } else {
+            self.epoch.wait_past_unabortable(seen);
         }
     }
 

@@ -1,6 +1,6 @@
 //! Model checks of the synchronization, run by `.ci/run` with `RUSTFLAGS="--cfg loom"`:
-//! every interleaving of the driver <-> actor handoff, the barrier, its abort, and the
-//! header agreement of a CPU collective.
+//! every interleaving of the driver <-> actor handoff, the barrier, its abort (the same
+//! outcome for every party), and the header agreement of a CPU collective.
 
 use std::sync::Arc;
 
@@ -70,6 +70,50 @@ fn loom_barrier_abort_releases_a_waiter() {
         let waiter = thread::spawn(move || b.wait());
         barrier.abort();
         assert!(waiter.join().unwrap().is_err());
+    });
+}
+
+#[test]
+fn loom_barrier_abort_gives_every_party_the_same_outcome() {
+    loom::model(|| {
+        let barrier = Arc::new(Barrier::new(2));
+        let parties: Vec<_> = (0..2)
+            .map(|_| {
+                let b = barrier.clone();
+                thread::spawn(move || b.wait().is_ok())
+            })
+            .collect();
+        barrier.abort();
+        let passed: Vec<bool> = parties.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(
+            passed[0], passed[1],
+            "one party passed while the other gave up"
+        );
+    });
+}
+
+#[test]
+fn loom_wait_all_ignores_an_abort_and_orders_writes() {
+    loom::model(|| {
+        let barrier = Arc::new(Barrier::new(2));
+        let data: Arc<[loom::sync::atomic::AtomicUsize; 2]> = Arc::new([
+            loom::sync::atomic::AtomicUsize::new(0),
+            loom::sync::atomic::AtomicUsize::new(0),
+        ]);
+        let parties: Vec<_> = (0..2)
+            .map(|me| {
+                let (barrier, data) = (barrier.clone(), data.clone());
+                thread::spawn(move || {
+                    data[me].store(me + 1, Relaxed);
+                    barrier.wait_all();
+                    assert_eq!(data[1 - me].load(Relaxed), 2 - me);
+                })
+            })
+            .collect();
+        barrier.abort();
+        for t in parties {
+            t.join().unwrap();
+        }
     });
 }
 
