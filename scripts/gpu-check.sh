@@ -71,19 +71,22 @@ fi
 
 if [[ $mode == build-bundle ]]; then
     mkdir -p "$bundle"
-    # The test executables' paths, from cargo's JSON messages.
-    cargo test "${cargo_flags[@]}" --no-run "${tests[@]/#/--test=}" --message-format=json |
+    # Copies the executables of cargo's JSON messages (on stdin) whose target kind is $1.
+    copy_built() {
         python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and "test" in m["target"]["kind"]:
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and sys.argv[1] in m["target"]["kind"]:
         print(m["target"]["name"], m["executable"])
-' | while read -r name exe; do
-        cp "$exe" "$bundle/$name"
-    done
-    cargo build "${cargo_flags[@]}" --example nccl_allreduce
-    cp target/release/examples/nccl_allreduce "$bundle/"
+' "$1" | while read -r name exe; do
+            cp "$exe" "$bundle/$name"
+        done
+    }
+    cargo test "${cargo_flags[@]}" --no-run "${tests[@]/#/--test=}" --message-format=json |
+        copy_built test
+    cargo build "${cargo_flags[@]}" --example nccl_allreduce --message-format=json |
+        copy_built example
     strip "$bundle"/* 2>/dev/null || true
     ls -l "$bundle"
     for t in "${tests[@]}" nccl_allreduce; do
