@@ -11,7 +11,8 @@
 #     scripts/gpu-check.sh                   build here, then run
 #     scripts/gpu-check.sh --build-bundle [DIR]
 #         on a machine with cargo (no GPU needed): build the binaries (release, stripped,
-#         about 5 MiB) into DIR (default target/gpu-bundle), and stop
+#         about 5 MiB; they need glibc 2.34 or newer) into DIR (default target/gpu-bundle),
+#         and stop
 #     scripts/gpu-check.sh --bundle [DIR]
 #         on a GPU machine: run the binaries of DIR, without building
 #
