@@ -408,3 +408,76 @@ fn an_nccl_error_reported_later_fails_the_stage_that_waits_for_it() {
     ));
     g.teardown().unwrap();
 }
+
+#[test]
+fn results_held_across_teardown_stay_right() {
+    let Some(sim) = sim() else { return };
+    let _serial = serial();
+    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
+    let mut g = PairGrad::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
+    g.execute_timeout(LONG).unwrap();
+    // Teardown aborts the communicators while this execution's allreduce is still queued.
+    sim.slow_jobs(1, 20_000);
+    let held = g.execute_timeout(LONG).unwrap();
+    let back = g.teardown();
+    sim.slow_jobs(1, 0);
+    assert!(back.is_ok());
+    for t in &held {
+        let got = host(t);
+        assert!(got == want, "a result handed out before teardown changed");
+    }
+}
+
+/// Pair's gradient, after rank 1 naps.
+struct Lag {
+    rank: usize,
+}
+
+#[actor]
+impl Lag {
+    fn grad(&mut self, nap_ms: &u64) -> Result<Tensor<f32>, BoxError> {
+        if self.rank == 1 {
+            std::thread::sleep(Duration::from_millis(*nap_ms));
+        }
+        Pair { rank: self.rank }.grad()
+    }
+}
+
+graph! {
+    LagGrad(ns: [Lag], nap_ms: u64) {
+        let g = ns.grad(nap_ms);
+        allreduce(g)
+    }
+}
+
+#[test]
+fn results_held_across_a_timeout_stay_right() {
+    let Some(sim) = sim() else { return };
+    let _serial = serial();
+    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let lags = vec![Lag { rank: 0 }, Lag { rank: 1 }];
+    let mut g = LagGrad::launch(lags, Nccl::new([0, 1]).unwrap()).unwrap();
+    g.execute_timeout(0, LONG).unwrap();
+    // This execution's allreduce is still queued when the next one times out in the
+    // agreement (rank 1 naps in its method) and the group is aborted.
+    sim.slow_jobs(1, 20_000);
+    let held = g.execute_timeout(0, LONG).unwrap();
+    match g.execute_timeout(300, Duration::from_millis(20)) {
+        Err(Error::Timeout { ranks, .. }) => assert_eq!(ranks, vec![1]),
+        other => panic!("expected Error::Timeout, got {:?}", other.map(drop)),
+    }
+    assert!(matches!(
+        g.execute_timeout(0, LONG).map(drop),
+        Err(Error::Broken { .. })
+    ));
+    sim.slow_jobs(1, 0);
+    for t in &held {
+        let got = host(t);
+        assert!(
+            got == want,
+            "a result handed out before the timeout changed"
+        );
+    }
+    g.teardown().unwrap();
+}

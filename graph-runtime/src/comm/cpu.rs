@@ -418,7 +418,9 @@ impl CpuComm {
 
     /// A later barrier of a stage: every rank passed the first, so every rank comes here in
     /// bounded time, and none may leave before the others are done reading its buffers
-    /// (an abort meanwhile is seen at the next stage's first barrier).
+    /// (an abort meanwhile is seen at the next stage's first barrier). That holds because
+    /// nothing between a stage's barriers can panic or block: no user code runs there,
+    /// only the checked layout and the reduction kernels of the sealed element types.
     fn wait_all(&self) {
         if self.size > 1 {
             self.shared.barrier.wait_all();

@@ -8,11 +8,11 @@
 //!
 //! Each rank has two posts, used in alternate stages: a rank writes a post again two
 //! stages later, after the next stage's barrier, which every peer reaches only once done
-//! reading this one. Posts are copies behind locks (never taken by two ranks at once in
-//! that scheme), so a rank that gives up on an abort leaves nothing a peer could read
-//! after it is gone.
+//! reading this one. Posts are copies behind read-write locks (so a writer never meets a
+//! reader in that scheme, and readers share), and a rank that gives up on an abort leaves
+//! nothing a peer could read after it is gone.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
 use crate::comm::{agree, Collective, Header, SlotDesc, StageError, Status};
 use crate::sync::Barrier;
@@ -21,7 +21,7 @@ use crate::sync::Barrier;
 pub(super) struct Board {
     barrier: Barrier,
     /// Per rank, two posts.
-    posts: Box<[[Mutex<Post>; 2]]>,
+    posts: Box<[[RwLock<Post>; 2]]>,
 }
 
 /// A copy of a rank's header.
@@ -45,8 +45,8 @@ impl Post {
     }
 }
 
-fn lock(post: &Mutex<Post>) -> MutexGuard<'_, Post> {
-    post.lock().unwrap_or_else(PoisonError::into_inner)
+fn read(post: &RwLock<Post>) -> RwLockReadGuard<'_, Post> {
+    post.read().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl std::fmt::Debug for Board {
@@ -83,13 +83,15 @@ impl Board {
     ) -> Result<(), StageError> {
         let parity = round & 1;
         {
-            let mut mine = lock(&self.posts[rank][parity]);
+            let mut mine = self.posts[rank][parity]
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
             mine.failed = header.status == Status::Failed;
             mine.slots.clear();
             mine.slots.extend_from_slice(header.slots);
         }
         self.barrier.wait().map_err(|_| StageError::Aborted)?;
-        let posts: Vec<_> = self.posts.iter().map(|p| lock(&p[parity])).collect();
+        let posts: Vec<_> = self.posts.iter().map(|p| read(&p[parity])).collect();
         agree(posts.len(), collective, |q| posts[q].header()).map_err(StageError::Disagreed)
     }
 }

@@ -2,7 +2,7 @@
 
 use std::ffi::c_int;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Barrier};
 
 use cudarc::driver::{CudaEvent, CudaSlice, DevicePtrMut};
@@ -101,6 +101,7 @@ impl Backend for Nccl {
             failed: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
             board: Board::new(size),
+            failed_launch: AtomicUsize::new(usize::MAX),
         });
         let devices: Arc<[usize]> = self.devices.as_slice().into();
         Ok(self
@@ -132,6 +133,8 @@ struct Shared {
     aborted: AtomicBool,
     /// Where the ranks agree on each stage's headers.
     board: Board,
+    /// The stage in which a rank's launch failed (`usize::MAX`: none).
+    failed_launch: AtomicUsize,
 }
 
 impl Shared {
@@ -165,9 +168,12 @@ struct Attached {
     device: Device,
     /// Recorded after the work a stage waits for; polled so that a wait can be aborted.
     done: CudaEvent,
-    /// Recorded before each launch: the work of earlier stages, whose collectives every
-    /// rank launched and whose results went out as good.
+    /// Recorded before and after this rank's last launch: `after` covers every collective
+    /// it launched, `before` all but the last.
     before: CudaEvent,
+    after: CudaEvent,
+    /// The stage (`NcclComm::round`) of that launch.
+    launched: usize,
     /// The warm-up allreduce's byte.
     warm: CudaSlice<u8>,
     /// Device copies of the regions handed to the host-memory `stage`.
@@ -232,12 +238,10 @@ impl Drop for RawComm {
 
 impl Drop for NcclComm {
     fn drop(&mut self) {
-        // Let queued work finish (results the caller still holds views of) before the
-        // communicator goes; the wait gives up when the group is aborted (a peer that may
-        // never come), and the abort then stops what is left.
-        if self.attached.is_some() {
-            let _ = self.wait_inner();
-        }
+        // The collectives whose results the caller may still hold finish before the
+        // communicator is aborted (teardown aborts the group first, so no wait here would
+        // otherwise let them).
+        self.let_collectives_finish();
     }
 }
 
@@ -310,25 +314,39 @@ impl NcclComm {
     /// peers' waits and agreements give up, and this rank's communicator is aborted so that
     /// its stream drains. An abort from outside does the same here.
     ///
-    /// Before the abort, the collectives of earlier stages finish: every rank launched
-    /// them, their results may already be in the caller's hands (GPU views are handed out
-    /// before the GPU is done), and each rank waits for its own before aborting, so they
-    /// complete. Only work stuck for another reason meets the abort after [`GRACE`].
+    /// Before the abort, the collectives that every rank launched finish
+    /// ([`let_collectives_finish`](Self::let_collectives_finish)).
     fn settle<T>(&mut self, r: Result<T, StageError>) -> Result<T, StageError> {
         if matches!(r, Err(StageError::Comm(_) | StageError::Aborted)) {
             self.shared.abort();
+            self.let_collectives_finish();
             if let Some(a) = &mut self.attached {
-                if a.comm.live {
-                    let deadline = std::time::Instant::now() + GRACE;
-                    poll(|| {
-                        let done = a.before.try_is_complete().unwrap_or(true);
-                        (done || std::time::Instant::now() >= deadline).then_some(())
-                    });
-                }
                 a.comm.abort();
             }
         }
         r
+    }
+
+    /// Waits, up to [`GRACE`], for the collectives this rank launched, except those of a
+    /// stage where a rank's launch failed (they never complete): their results may
+    /// already be in the caller's hands (GPU views are handed out before the GPU is done),
+    /// and every rank waits for its own before aborting, so they complete.
+    fn let_collectives_finish(&mut self) {
+        let failed = self.shared.failed_launch.load(SeqCst);
+        let Some(a) = &mut self.attached else { return };
+        if !a.comm.live {
+            return;
+        }
+        let last = if failed == a.launched {
+            &a.before
+        } else {
+            &a.after
+        };
+        let deadline = std::time::Instant::now() + GRACE;
+        poll(|| {
+            let done = last.try_is_complete().unwrap_or(true);
+            (done || std::time::Instant::now() >= deadline).then_some(())
+        });
     }
 
     /// Waits for the work queued on this rank's stream, polling an event so that the wait
@@ -405,19 +423,33 @@ impl NcclComm {
         ins: &[DevRegion],
         outs: &[DevRegion],
     ) -> Result<(), StageError> {
-        let size = self.size;
+        let (size, round) = (self.size, self.round);
+        let shared = Arc::clone(&self.shared);
         let a = self.attached()?;
-        a.before
-            .record(a.device.stream())
-            .map_err(|e| StageError::Comm(gpu("cuEventRecord")(e)))?;
+        let record = |event: &CudaEvent, stream| {
+            event
+                .record(stream)
+                .map_err(|e| StageError::Comm(gpu("cuEventRecord")(e)))
+        };
+        record(&a.before, a.device.stream())?;
         let (comm, stream) = (
             a.comm.handle,
             a.device.stream().cu_stream() as sys::cudaStream_t,
         );
-        nccl::group_start().map_err(nccl_stage_err("ncclGroupStart"))?;
-        let queued = queue_ops(comm, stream, size, header, collective, ins, outs);
-        let ended = nccl::group_end().map_err(nccl_stage_err("ncclGroupEnd"));
-        queued.and(ended.map(drop))
+        let launched = nccl::group_start()
+            .map_err(nccl_stage_err("ncclGroupStart"))
+            .and_then(|_| {
+                let queued = queue_ops(comm, stream, size, header, collective, ins, outs);
+                let ended = nccl::group_end().map_err(nccl_stage_err("ncclGroupEnd"));
+                queued.and(ended.map(drop))
+            });
+        if launched.is_err() {
+            // The peers' collectives of this stage wait for ours, which NCCL dropped.
+            shared.failed_launch.store(round, SeqCst);
+            return launched;
+        }
+        a.launched = round;
+        record(&a.after, a.device.stream())
     }
 }
 
@@ -559,13 +591,13 @@ impl Communicator for NcclComm {
                         .map_err(gpu("cuEventCreate"))
                 };
                 let warm = alloc_zeros::<u8>(device.stream(), 1)?;
-                Ok((event()?, event()?, warm, device))
+                Ok(([event()?, event()?, event()?], warm, device))
             });
         if opened.is_err() {
             self.shared.failed.store(true, SeqCst);
         }
         self.shared.barrier.wait();
-        let (done, before, warm, device) = opened?;
+        let ([done, before, after], warm, device) = opened?;
         if self.shared.failed.load(SeqCst) {
             return Err(Error::Backend(format!(
                 "rank {}: another rank of the group could not open its GPU",
@@ -595,6 +627,8 @@ impl Communicator for NcclComm {
             device,
             done,
             before,
+            after,
+            launched: 0,
             warm,
             scratch: Vec::new(),
         });
