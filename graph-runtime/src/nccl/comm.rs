@@ -1,4 +1,5 @@
-//! `Nccl`, the backend, and `NcclComm`, one rank's NCCL communicator.
+//! `NcclComm`, one rank's NCCL communicator: attach, agreement, launch, waits, and the
+//! failure model on the GPU.
 
 use std::ffi::c_int;
 use std::mem::MaybeUninit;
@@ -6,121 +7,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Barrier};
 
 use cudarc::driver::{CudaEvent, CudaSlice, DevicePtrMut};
-use cudarc::nccl::result::{self as nccl, NcclError};
+use cudarc::nccl::result as nccl;
 use cudarc::nccl::sys;
 
 use super::agree::Board;
-use super::{alloc_zeros, device_count, gpu, require_cuda, require_nccl, set_current, Device};
+use super::calls::{nccl_err, nccl_stage_err, queue_ops, RawComm};
+use super::device::share_pool_with_peers;
+use super::{alloc_zeros, gpu, set_current, Device};
 use crate::bucket::DevRegion;
-use crate::comm::{AbortHandle, Backend, Collective, Communicator, Header, RegionMut, StageError};
+use crate::comm::{AbortHandle, Collective, Communicator, Header, RegionMut, StageError};
 use crate::{DType, Error, ReduceOp};
-
-/// The NCCL backend: actor `r` of a group runs on GPU `devices[r]`, and the group's fused
-/// stages run as NCCL collectives on the actors' GPUs.
-///
-/// Each actor thread binds its GPU's context and creates its own stream and NCCL
-/// communicator when the group is launched. GPU tensors in a bucket are copied into the
-/// stage's flat device buffer and their results are views of it; host values (a scalar
-/// loss, a `Vec`, a host tensor) are copied to the GPU and back.
-///
-/// ```no_run
-/// # fn main() -> Result<(), actorgraph::Error> {
-/// use actorgraph::nccl::Nccl;
-/// let backend = Nccl::all()?; // one actor per visible GPU
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug)]
-pub struct Nccl {
-    devices: Vec<usize>,
-}
-
-impl Nccl {
-    /// A backend that puts actor `r` of a group on GPU `devices[r]`.
-    ///
-    /// An error, before anything is opened, if libcuda or libnccl cannot be loaded
-    /// ([`Error::LibraryMissing`]), if a GPU does not exist ([`Error::NoSuchDevice`]), if
-    /// there is none, or if one appears twice (NCCL cannot hold one GPU twice in a
-    /// communicator).
-    pub fn new(devices: impl IntoIterator<Item = usize>) -> Result<Self, Error> {
-        require_cuda()?;
-        require_nccl()?;
-        // `ncclAvg` and bf16 came with NCCL 2.10.
-        let version = super::nccl_version()?;
-        if version < (2, 10, 0) {
-            return Err(Error::Backend(format!(
-                "NCCL {}.{}.{} is too old: the Nccl backend needs NCCL 2.10 or newer",
-                version.0, version.1, version.2
-            )));
-        }
-        let devices: Vec<usize> = devices.into_iter().collect();
-        if devices.is_empty() {
-            return Err(Error::Backend(
-                "the Nccl backend needs at least one GPU".into(),
-            ));
-        }
-        let count = device_count()?;
-        for (i, &ordinal) in devices.iter().enumerate() {
-            if ordinal >= count {
-                return Err(Error::NoSuchDevice { ordinal, count });
-            }
-            if devices[..i].contains(&ordinal) {
-                return Err(Error::Backend(format!(
-                    "GPU {ordinal} is given twice: NCCL cannot hold one GPU twice in a \
-                     communicator (put one actor per GPU)"
-                )));
-            }
-        }
-        Ok(Self { devices })
-    }
-
-    /// A backend over every GPU the driver sees, in order.
-    pub fn all() -> Result<Self, Error> {
-        Self::new(0..device_count()?)
-    }
-
-    /// The GPU of each rank.
-    pub fn devices(&self) -> &[usize] {
-        &self.devices
-    }
-}
-
-impl Backend for Nccl {
-    type Comm = NcclComm;
-
-    fn communicators(&self, size: usize) -> Result<Vec<NcclComm>, Error> {
-        if size != self.devices.len() {
-            return Err(Error::Backend(format!(
-                "the Nccl backend has {} GPU(s) for a group of {size} actors: give it one GPU \
-                 per actor",
-                self.devices.len()
-            )));
-        }
-        let id = nccl::get_uniqueid().map_err(nccl_err("ncclGetUniqueId"))?;
-        let shared = Arc::new(Shared {
-            barrier: Barrier::new(size),
-            failed: AtomicBool::new(false),
-            aborted: AtomicBool::new(false),
-            board: Board::new(size),
-            failed_launch: AtomicUsize::new(usize::MAX),
-        });
-        let devices: Arc<[usize]> = self.devices.as_slice().into();
-        Ok(self
-            .devices
-            .iter()
-            .enumerate()
-            .map(|(rank, &ordinal)| NcclComm {
-                rank,
-                size,
-                ordinal,
-                id,
-                devices: Arc::clone(&devices),
-                shared: Arc::clone(&shared),
-                attached: None,
-                round: 0,
-            })
-            .collect())
-    }
-}
 
 /// What the ranks of one group share.
 #[derive(Debug)]
@@ -145,7 +41,7 @@ impl Shared {
     }
 }
 
-/// One rank's endpoint on the [`Nccl`] backend: its GPU, stream and NCCL communicator,
+/// One rank's endpoint on the [`Nccl`](super::Nccl) backend: its GPU, stream and NCCL communicator,
 /// created on the actor's thread when the group is launched.
 #[derive(Debug)]
 pub struct NcclComm {
@@ -180,62 +76,6 @@ struct Attached {
     scratch: Vec<CudaSlice<u8>>,
 }
 
-/// An NCCL communicator handle, until aborted.
-#[derive(Debug)]
-struct RawComm {
-    handle: sys::ncclComm_t,
-    live: bool,
-}
-
-impl RawComm {
-    /// An error NCCL met on this communicator after the call that queued the work (a
-    /// failed connection, say), if any.
-    fn async_error(&self) -> Result<(), Error> {
-        if !self.live {
-            return Ok(());
-        }
-        let mut result = sys::ncclResult_t::ncclSuccess;
-        // SAFETY: a live handle from `ncclCommInitRank`, and an out-pointer to a local.
-        let called = unsafe { sys::ncclCommGetAsyncError(self.handle, &mut result) };
-        for code in [called, result] {
-            if !matches!(
-                code,
-                sys::ncclResult_t::ncclSuccess | sys::ncclResult_t::ncclInProgress
-            ) {
-                return Err(Error::Gpu {
-                    call: "ncclCommGetAsyncError",
-                    message: format!("{code:?}"),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// Aborts the communicator: NCCL work of it still queued or running on the GPU stops,
-    /// so that the stream drains.
-    fn abort(&mut self) {
-        if std::mem::take(&mut self.live) {
-            // SAFETY: a handle from `ncclCommInitRank`, aborted once (`live`), and used by
-            // nothing after: every entry point checks the group's abort flag first.
-            unsafe {
-                let _ = nccl::comm_abort(self.handle);
-            }
-        }
-    }
-}
-
-// SAFETY: an NCCL communicator may be used from any thread, one call at a time. `RawComm`
-// is owned by one `NcclComm`, whose `&mut self` methods serialise every use; it moves
-// threads at most once, with the communicator, before the actor's first step.
-unsafe impl Send for RawComm {}
-
-impl Drop for RawComm {
-    fn drop(&mut self) {
-        // Abort rather than destroy: it does not wait for peers, which may be gone.
-        self.abort();
-    }
-}
-
 impl Drop for NcclComm {
     fn drop(&mut self) {
         // The collectives whose results the caller may still hold finish before the
@@ -246,6 +86,33 @@ impl Drop for NcclComm {
 }
 
 impl NcclComm {
+    /// The ranks of one group: rank `r` on GPU `devices[r]`, all with communicator id `id`.
+    pub(super) fn group(devices: &[usize], id: sys::ncclUniqueId) -> Vec<NcclComm> {
+        let size = devices.len();
+        let shared = Arc::new(Shared {
+            barrier: Barrier::new(size),
+            failed: AtomicBool::new(false),
+            aborted: AtomicBool::new(false),
+            board: Board::new(size),
+            failed_launch: AtomicUsize::new(usize::MAX),
+        });
+        let all: Arc<[usize]> = devices.into();
+        devices
+            .iter()
+            .enumerate()
+            .map(|(rank, &ordinal)| NcclComm {
+                rank,
+                size,
+                ordinal,
+                id,
+                devices: Arc::clone(&all),
+                shared: Arc::clone(&shared),
+                attached: None,
+                round: 0,
+            })
+            .collect()
+    }
+
     /// This rank's GPU, once attached (on the actor's thread).
     pub fn device(&self) -> Option<&Device> {
         self.attached.as_ref().map(|a| &a.device)
@@ -453,104 +320,6 @@ impl NcclComm {
     }
 }
 
-/// The NCCL calls of one stage, between `ncclGroupStart` and `ncclGroupEnd`.
-///
-/// In-place collectives take one call per region. `allgather` and `reducescatter` take one
-/// call per value: NCCL's own layout for them is rank-major over the whole buffer, and a
-/// stage's is per value (see `Communicator`'s layout), which per-value calls inside one
-/// group give with no extra copy.
-fn queue_ops(
-    comm: sys::ncclComm_t,
-    stream: sys::cudaStream_t,
-    size: usize,
-    header: &Header<'_>,
-    collective: Collective,
-    ins: &[DevRegion],
-    outs: &[DevRegion],
-) -> Result<(), StageError> {
-    let err = nccl_stage_err;
-    // SAFETY (every call below): each region is a live device buffer of `len` elements
-    // of its dtype on this rank's GPU, owned by the fused stage for the whole execution
-    // and freed only on this stream, so after these calls complete. Offsets stay within
-    // the regions: the layout was agreed, and `Collective::output_len` sized the outputs.
-    unsafe {
-        match collective {
-            Collective::AllReduce(op) => {
-                for r in ins {
-                    let p = r.ptr as *mut std::ffi::c_void;
-                    nccl::all_reduce(p, p, r.len, dtype(r.dtype), red(op), comm, stream)
-                        .map_err(err("ncclAllReduce"))?;
-                }
-            }
-            Collective::Broadcast { root } => {
-                for r in ins {
-                    let p = r.ptr as *mut std::ffi::c_void;
-                    nccl::broadcast(p, p, r.len, dtype(r.dtype), root as c_int, comm, stream)
-                        .map_err(err("ncclBroadcast"))?;
-                }
-            }
-            Collective::Reduce { op, root } => {
-                for r in ins {
-                    let p = r.ptr as *mut std::ffi::c_void;
-                    nccl::reduce(
-                        p,
-                        p,
-                        r.len,
-                        dtype(r.dtype),
-                        red(op),
-                        root as c_int,
-                        comm,
-                        stream,
-                    )
-                    .map_err(err("ncclReduce"))?;
-                }
-            }
-            Collective::AllGather | Collective::ReduceScatter(_) => {
-                let mut offsets = [0usize; DType::COUNT];
-                for slot in header.slots {
-                    let at = &mut offsets[slot.dtype.index()];
-                    let (o, len) = (*at, slot.len);
-                    *at += len;
-                    if len == 0 {
-                        continue;
-                    }
-                    let (Some(i), Some(out)) = (
-                        ins.iter().find(|r| r.dtype == slot.dtype),
-                        outs.iter().find(|r| r.dtype == slot.dtype),
-                    ) else {
-                        return Err(StageError::Comm(Error::Backend(
-                            "internal error: a value has no region".into(),
-                        )));
-                    };
-                    let bytes = slot.dtype.size() as u64;
-                    let src = (i.ptr + o as u64 * bytes) as *const std::ffi::c_void;
-                    match collective {
-                        Collective::ReduceScatter(op) => {
-                            let dst = (out.ptr + (o / size) as u64 * bytes) as *mut _;
-                            nccl::reduce_scatter(
-                                src,
-                                dst,
-                                len / size,
-                                dtype(slot.dtype),
-                                red(op),
-                                comm,
-                                stream,
-                            )
-                            .map_err(err("ncclReduceScatter"))?;
-                        }
-                        _ => {
-                            let dst = (out.ptr + (o * size) as u64 * bytes) as *mut _;
-                            nccl::all_gather(src, dst, len, dtype(slot.dtype), comm, stream)
-                                .map_err(err("ncclAllGather"))?;
-                        }
-                    }
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 impl Communicator for NcclComm {
     fn rank(&self) -> usize {
         self.rank
@@ -720,104 +489,12 @@ impl Attached {
     }
 }
 
-/// Lets the other GPUs of the group read and write memory that this rank allocates from
-/// its GPU's default memory pool (where cudarc allocates when the GPU supports
-/// `cuMemAllocAsync`). NCCL reads and writes the stage buffers of a peer in the same
-/// process directly over P2P, and pool memory, unlike `cuMemAlloc`'s, is not open to peers
-/// until its pool says so.
-fn share_pool_with_peers(device: &Device, devices: &[usize]) -> Result<(), Error> {
-    use cudarc::driver::sys as cu;
-    let me = device.ordinal();
-    if !device.context().has_async_alloc() || devices.iter().all(|&d| d == me) {
-        return Ok(());
-    }
-    let check = |call: &'static str, r: cu::CUresult| {
-        r.result().map_err(|e| super::probe::driver_error(call, e))
-    };
-    // SAFETY: plain driver calls with out-pointers to locals; the context of `device` is
-    // current on this thread (`Device::new` bound it), and every ordinal is a GPU that
-    // `Nccl::new` checked exists.
-    unsafe {
-        let mut pool = MaybeUninit::uninit();
-        check(
-            "cuDeviceGetDefaultMemPool",
-            cu::cuDeviceGetDefaultMemPool(pool.as_mut_ptr(), device.context().cu_device()),
-        )?;
-        let pool = pool.assume_init();
-        for &peer in devices.iter().filter(|&&d| d != me) {
-            let mut peer_dev = MaybeUninit::uninit();
-            check(
-                "cuDeviceGet",
-                cu::cuDeviceGet(peer_dev.as_mut_ptr(), peer as c_int),
-            )?;
-            let peer_dev = peer_dev.assume_init();
-            let mut can = 0;
-            check(
-                "cuDeviceCanAccessPeer",
-                cu::cuDeviceCanAccessPeer(&mut can, peer_dev, device.context().cu_device()),
-            )?;
-            if can == 0 {
-                // No P2P between the two: NCCL goes through its own buffers instead.
-                continue;
-            }
-            let desc = cu::CUmemAccessDesc {
-                location: cu::CUmemLocation {
-                    type_: cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                    id: peer_dev,
-                },
-                flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-            };
-            check("cuMemPoolSetAccess", cu::cuMemPoolSetAccess(pool, &desc, 1))?;
-        }
-    }
-    Ok(())
-}
-
 /// A host region's bytes.
 fn host_bytes<'r>(r: &'r mut RegionMut<'_>) -> &'r mut [u8] {
     let bytes = r.len() * r.dtype().size();
     // SAFETY: the region is a `&mut [T]` of `len` plain-data elements of `dtype`, so
     // `len * size` initialised bytes, borrowed mutably for `'r`.
     unsafe { std::slice::from_raw_parts_mut(r.as_mut_ptr(), bytes) }
-}
-
-fn dtype(d: DType) -> sys::ncclDataType_t {
-    use sys::ncclDataType_t as T;
-    match d {
-        DType::F16 => T::ncclFloat16,
-        DType::BF16 => T::ncclBfloat16,
-        DType::F32 => T::ncclFloat32,
-        DType::F64 => T::ncclFloat64,
-        DType::I8 => T::ncclInt8,
-        DType::U8 => T::ncclUint8,
-        DType::I32 => T::ncclInt32,
-        DType::U32 => T::ncclUint32,
-        DType::I64 => T::ncclInt64,
-        DType::U64 => T::ncclUint64,
-    }
-}
-
-fn red(op: ReduceOp) -> sys::ncclRedOp_t {
-    use sys::ncclRedOp_t as R;
-    match op {
-        ReduceOp::Sum => R::ncclSum,
-        ReduceOp::Prod => R::ncclProd,
-        ReduceOp::Min => R::ncclMin,
-        ReduceOp::Max => R::ncclMax,
-        ReduceOp::Avg => R::ncclAvg,
-    }
-}
-
-fn nccl_err(call: &'static str) -> impl FnOnce(NcclError) -> Error {
-    // cudarc's `NcclError` prints only its own name; the result code says what failed.
-    move |e| Error::Gpu {
-        call,
-        message: format!("{:?}", e.0),
-    }
-}
-
-fn nccl_stage_err(call: &'static str) -> impl FnOnce(NcclError) -> StageError {
-    move |e| StageError::Comm(nccl_err(call)(e))
 }
 
 /// How long a failing rank lets the collectives of earlier stages finish before it aborts

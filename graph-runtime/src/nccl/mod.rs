@@ -8,11 +8,14 @@
 //! [`Error::LibraryMissing`]: crate::Error::LibraryMissing
 
 mod agree;
+mod backend;
+mod calls;
 mod comm;
 mod device;
 mod probe;
 
-pub use comm::{Nccl, NcclComm};
+pub use backend::Nccl;
+pub use comm::NcclComm;
 pub(crate) use device::{alloc_zeros, copy_ordered, gpu, set_current};
 pub use device::{current_device, Device};
 pub use probe::{device_count, nccl_version};

@@ -1,0 +1,204 @@
+//! The NCCL calls themselves: a communicator handle, a stage's collectives, and the
+//! mapping of dtypes, operations and errors.
+
+use std::ffi::c_int;
+
+use cudarc::nccl::result::{self as nccl, NcclError};
+use cudarc::nccl::sys;
+
+use crate::bucket::DevRegion;
+use crate::comm::{Collective, Header, StageError};
+use crate::{DType, Error, ReduceOp};
+
+/// An NCCL communicator handle, until aborted.
+#[derive(Debug)]
+pub(super) struct RawComm {
+    pub(super) handle: sys::ncclComm_t,
+    pub(super) live: bool,
+}
+
+impl RawComm {
+    /// An error NCCL met on this communicator after the call that queued the work (a
+    /// failed connection, say), if any.
+    pub(super) fn async_error(&self) -> Result<(), Error> {
+        if !self.live {
+            return Ok(());
+        }
+        let mut result = sys::ncclResult_t::ncclSuccess;
+        // SAFETY: a live handle from `ncclCommInitRank`, and an out-pointer to a local.
+        let called = unsafe { sys::ncclCommGetAsyncError(self.handle, &mut result) };
+        for code in [called, result] {
+            if !matches!(
+                code,
+                sys::ncclResult_t::ncclSuccess | sys::ncclResult_t::ncclInProgress
+            ) {
+                return Err(Error::Gpu {
+                    call: "ncclCommGetAsyncError",
+                    message: format!("{code:?}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Aborts the communicator: NCCL work of it still queued or running on the GPU stops,
+    /// so that the stream drains.
+    pub(super) fn abort(&mut self) {
+        if std::mem::take(&mut self.live) {
+            // SAFETY: a handle from `ncclCommInitRank`, aborted once (`live`), and used by
+            // nothing after: every entry point checks the group's abort flag first.
+            unsafe {
+                let _ = nccl::comm_abort(self.handle);
+            }
+        }
+    }
+}
+
+// SAFETY: an NCCL communicator may be used from any thread, one call at a time. `RawComm`
+// is owned by one `NcclComm`, whose `&mut self` methods serialise every use; it moves
+// threads at most once, with the communicator, before the actor's first step.
+unsafe impl Send for RawComm {}
+
+impl Drop for RawComm {
+    fn drop(&mut self) {
+        // Abort rather than destroy: it does not wait for peers, which may be gone.
+        self.abort();
+    }
+}
+
+/// The NCCL calls of one stage, between `ncclGroupStart` and `ncclGroupEnd`.
+///
+/// In-place collectives take one call per region. `allgather` and `reducescatter` take one
+/// call per value: NCCL's own layout for them is rank-major over the whole buffer, and a
+/// stage's is per value (see `Communicator`'s layout), which per-value calls inside one
+/// group give with no extra copy.
+pub(super) fn queue_ops(
+    comm: sys::ncclComm_t,
+    stream: sys::cudaStream_t,
+    size: usize,
+    header: &Header<'_>,
+    collective: Collective,
+    ins: &[DevRegion],
+    outs: &[DevRegion],
+) -> Result<(), StageError> {
+    let err = nccl_stage_err;
+    // SAFETY (every call below): each region is a live device buffer of `len` elements
+    // of its dtype on this rank's GPU, owned by the fused stage for the whole execution
+    // and freed only on this stream, so after these calls complete. Offsets stay within
+    // the regions: the layout was agreed, and `Collective::output_len` sized the outputs.
+    unsafe {
+        match collective {
+            Collective::AllReduce(op) => {
+                for r in ins {
+                    let p = r.ptr as *mut std::ffi::c_void;
+                    nccl::all_reduce(p, p, r.len, dtype(r.dtype), red(op), comm, stream)
+                        .map_err(err("ncclAllReduce"))?;
+                }
+            }
+            Collective::Broadcast { root } => {
+                for r in ins {
+                    let p = r.ptr as *mut std::ffi::c_void;
+                    nccl::broadcast(p, p, r.len, dtype(r.dtype), root as c_int, comm, stream)
+                        .map_err(err("ncclBroadcast"))?;
+                }
+            }
+            Collective::Reduce { op, root } => {
+                for r in ins {
+                    let p = r.ptr as *mut std::ffi::c_void;
+                    nccl::reduce(
+                        p,
+                        p,
+                        r.len,
+                        dtype(r.dtype),
+                        red(op),
+                        root as c_int,
+                        comm,
+                        stream,
+                    )
+                    .map_err(err("ncclReduce"))?;
+                }
+            }
+            Collective::AllGather | Collective::ReduceScatter(_) => {
+                let mut offsets = [0usize; DType::COUNT];
+                for slot in header.slots {
+                    let at = &mut offsets[slot.dtype.index()];
+                    let (o, len) = (*at, slot.len);
+                    *at += len;
+                    if len == 0 {
+                        continue;
+                    }
+                    let (Some(i), Some(out)) = (
+                        ins.iter().find(|r| r.dtype == slot.dtype),
+                        outs.iter().find(|r| r.dtype == slot.dtype),
+                    ) else {
+                        return Err(StageError::Comm(Error::Backend(
+                            "internal error: a value has no region".into(),
+                        )));
+                    };
+                    let bytes = slot.dtype.size() as u64;
+                    let src = (i.ptr + o as u64 * bytes) as *const std::ffi::c_void;
+                    match collective {
+                        Collective::ReduceScatter(op) => {
+                            let dst = (out.ptr + (o / size) as u64 * bytes) as *mut _;
+                            nccl::reduce_scatter(
+                                src,
+                                dst,
+                                len / size,
+                                dtype(slot.dtype),
+                                red(op),
+                                comm,
+                                stream,
+                            )
+                            .map_err(err("ncclReduceScatter"))?;
+                        }
+                        _ => {
+                            let dst = (out.ptr + (o * size) as u64 * bytes) as *mut _;
+                            nccl::all_gather(src, dst, len, dtype(slot.dtype), comm, stream)
+                                .map_err(err("ncclAllGather"))?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn dtype(d: DType) -> sys::ncclDataType_t {
+    use sys::ncclDataType_t as T;
+    match d {
+        DType::F16 => T::ncclFloat16,
+        DType::BF16 => T::ncclBfloat16,
+        DType::F32 => T::ncclFloat32,
+        DType::F64 => T::ncclFloat64,
+        DType::I8 => T::ncclInt8,
+        DType::U8 => T::ncclUint8,
+        DType::I32 => T::ncclInt32,
+        DType::U32 => T::ncclUint32,
+        DType::I64 => T::ncclInt64,
+        DType::U64 => T::ncclUint64,
+    }
+}
+
+fn red(op: ReduceOp) -> sys::ncclRedOp_t {
+    use sys::ncclRedOp_t as R;
+    match op {
+        ReduceOp::Sum => R::ncclSum,
+        ReduceOp::Prod => R::ncclProd,
+        ReduceOp::Min => R::ncclMin,
+        ReduceOp::Max => R::ncclMax,
+        ReduceOp::Avg => R::ncclAvg,
+    }
+}
+
+pub(super) fn nccl_err(call: &'static str) -> impl FnOnce(NcclError) -> Error {
+    // cudarc's `NcclError` prints only its own name; the result code says what failed.
+    move |e| Error::Gpu {
+        call,
+        message: format!("{:?}", e.0),
+    }
+}
+
+pub(super) fn nccl_stage_err(call: &'static str) -> impl FnOnce(NcclError) -> StageError {
+    move |e| StageError::Comm(nccl_err(call)(e))
+}
