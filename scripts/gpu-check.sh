@@ -193,7 +193,16 @@ run() {
 
 if [[ $mode == bundle ]]; then
     run "GPU tests" "$TEST_TIMEOUT" "$bundle/nccl_gpu" --nocapture "${skip_simulated[@]}"
-    run "loader tests" 30 "$bundle/nccl_loader" --nocapture
+    if command -v "${CC:-cc}" >/dev/null 2>&1; then
+        run "loader tests" 30 "$bundle/nccl_loader" --nocapture
+    else
+        # They build a stub library with a C compiler; CI runs them anyway (no GPU needed).
+        section "loader tests"
+        echo "no C compiler (${CC:-cc}) here: skipped (CI runs them)"
+        names+=("loader tests")
+        results+=("skipped (no cc)")
+        times+=("-")
+    fi
     run "NCCL CPU-side tests" 30 "$bundle/nccl_cpu" --nocapture
     # `${a[@]+...}`: an empty array under `set -u` in bash before 4.4.
     run "nccl_allreduce example" "$EXAMPLE_TIMEOUT" \
@@ -215,7 +224,7 @@ echo "NCCL: $nccl_note"
 failed=0
 for i in "${!names[@]}"; do
     printf '  %-26s %-22s %s\n' "${names[$i]}" "${results[$i]}" "${times[$i]}"
-    [[ "${results[$i]}" == ok ]] || failed=1
+    [[ "${results[$i]}" == ok || "${results[$i]}" == skipped* ]] || failed=1
 done
 if ((failed)); then
     echo "GPU check FAILED"
