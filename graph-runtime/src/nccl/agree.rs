@@ -2,26 +2,30 @@
 //!
 //! A group's ranks are threads of one process, so they agree in shared memory: each copies
 //! its header into its post, one barrier, and every rank runs [`agree`] over every post
-//! and reaches the same verdict. Nothing of it touches the GPU: a stage neither waits for
-//! its stream nor adds a collective, so the payload queues behind the methods' kernels at
-//! once.
+//! and reaches the same verdict. After the launch, one more barrier: every rank says
+//! whether its NCCL calls went through. Nothing of it touches the GPU: a stage neither
+//! waits for its stream nor adds a collective, so the payload queues behind the methods'
+//! kernels at once.
 //!
 //! Each rank has two posts, used in alternate stages: a rank writes a post again two
-//! stages later, after the next stage's barrier, which every peer reaches only once done
-//! reading this one. Posts are copies behind read-write locks (so a writer never meets a
-//! reader in that scheme, and readers share), and a rank that gives up on an abort leaves
-//! nothing a peer could read after it is gone.
+//! stages later, after the next stage's barriers, which every peer reaches only once done
+//! reading this one (the launch flags alternate alike). Posts are copies behind read-write
+//! locks (so a writer never meets a reader in that scheme, and readers share), and a rank
+//! that gives up on an abort leaves nothing a peer could read after it is gone.
 
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
 use crate::comm::{agree, Collective, Header, SlotDesc, StageError, Status};
 use crate::sync::Barrier;
 
-/// Where the ranks of a group agree on each stage's headers.
+/// Where the ranks of a group agree on each stage's headers, and confirm its launch.
 pub(super) struct Board {
     barrier: Barrier,
     /// Per rank, two posts.
     posts: Box<[[RwLock<Post>; 2]]>,
+    /// Per rank, in the same alternation: whether its launch of the stage succeeded.
+    launched: Box<[[AtomicBool; 2]]>,
 }
 
 /// A copy of a rank's header.
@@ -62,6 +66,7 @@ impl Board {
         Self {
             barrier: Barrier::new(size),
             posts: (0..size).map(|_| Default::default()).collect(),
+            launched: (0..size).map(|_| Default::default()).collect(),
         }
     }
 
@@ -93,6 +98,20 @@ impl Board {
         self.barrier.wait().map_err(|_| StageError::Aborted)?;
         let posts: Vec<_> = self.posts.iter().map(|p| read(&p[parity])).collect();
         agree(posts.len(), collective, |q| posts[q].header()).map_err(StageError::Disagreed)
+    }
+
+    /// Rank `rank` says whether its launch in stage `round` succeeded (`ok`), and learns
+    /// whether every rank's did: [`StageError::Aborted`] if one failed, or if the group is
+    /// aborted first.
+    pub(super) fn confirm(&self, rank: usize, round: usize, ok: bool) -> Result<(), StageError> {
+        let parity = round & 1;
+        self.launched[rank][parity].store(ok, Relaxed);
+        self.barrier.wait().map_err(|_| StageError::Aborted)?;
+        if self.launched.iter().all(|l| l[parity].load(Relaxed)) {
+            Ok(())
+        } else {
+            Err(StageError::Aborted)
+        }
     }
 }
 

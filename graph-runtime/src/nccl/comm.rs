@@ -283,7 +283,27 @@ impl NcclComm {
     }
 
     /// Queues `collective` over every region as one NCCL group: one launch.
+    ///
+    /// Then every rank says whether its launch succeeded: when one failed, its peers'
+    /// collectives wait for calls that NCCL dropped, so every rank ends the group now
+    /// (they return [`StageError::Aborted`], the failed rank its error) rather than at
+    /// its next stage, leaving a stream that a copy of an earlier result would wait on.
     fn launch(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        ins: &[DevRegion],
+        outs: &[DevRegion],
+    ) -> Result<(), StageError> {
+        let launched = self.launch_here(header, collective, ins, outs);
+        let confirmed = self
+            .shared
+            .board
+            .confirm(self.rank, self.round, launched.is_ok());
+        launched.and(confirmed)
+    }
+
+    fn launch_here(
         &mut self,
         header: &Header<'_>,
         collective: Collective,
