@@ -179,8 +179,9 @@ mod tests {
 
     #[test]
     fn many_rounds_each_reach_their_own_verdict() {
-        // Rank 1 posts a longer value every seventh round; a post read in the wrong round
-        // would give a verdict that does not match the round's.
+        // Rank 1 posts a longer value every seventh round, and rank 2's launch fails every
+        // eleventh (of those that agree); a post or flag read in the wrong round would give
+        // a verdict that does not match the round's.
         let (ranks, rounds) = (3, 300);
         let board = Arc::new(Board::new(ranks));
         let threads: Vec<_> = (0..ranks)
@@ -196,13 +197,17 @@ mod tests {
                                 slots: &slots,
                                 data: &[],
                             };
-                            board.agree(rank, round, &header, SUM).is_ok()
+                            let agreed = board.agree(rank, round, &header, SUM).is_ok();
+                            let ok = !(rank == 2 && round % 11 == 0);
+                            agreed && board.confirm(rank, round, ok).is_ok()
                         })
                         .collect::<Vec<_>>()
                 })
             })
             .collect();
-        let want: Vec<bool> = (0..rounds).map(|r| r % 7 != 0 || r % 3 == 0).collect();
+        let want: Vec<bool> = (0..rounds)
+            .map(|r| (r % 7 != 0 || r % 3 == 0) && r % 11 != 0)
+            .collect();
         for t in threads {
             assert_eq!(t.join().unwrap(), want);
         }
