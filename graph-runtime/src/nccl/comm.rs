@@ -31,6 +31,8 @@ struct Shared {
     board: Board,
     /// The stage in which a rank's launch failed (`usize::MAX`: none).
     failed_launch: AtomicUsize,
+    /// Whether a rank saw an asynchronous NCCL error.
+    async_failed: AtomicBool,
 }
 
 impl Shared {
@@ -95,6 +97,7 @@ impl NcclComm {
             aborted: AtomicBool::new(false),
             board: Board::new(size),
             failed_launch: AtomicUsize::new(usize::MAX),
+            async_failed: AtomicBool::new(false),
         });
         let all: Arc<[usize]> = devices.into();
         devices
@@ -163,10 +166,17 @@ impl NcclComm {
         if self.shared.aborted.load(SeqCst) {
             return Err(StageError::Aborted);
         }
-        self.attached()?
-            .comm
-            .async_error()
-            .map_err(StageError::Comm)
+        let found = self.attached()?.comm.async_error();
+        self.async_failed(found)
+    }
+
+    /// Notes an asynchronous NCCL error for the whole group: some collective will never
+    /// complete, so nobody waits for its collectives before aborting.
+    fn async_failed(&self, found: Result<(), Error>) -> Result<(), StageError> {
+        found.map_err(|e| {
+            self.shared.async_failed.store(true, SeqCst);
+            StageError::Comm(e)
+        })
     }
 
     /// Waits for the work queued on this rank's stream; gives up with
@@ -198,8 +208,12 @@ impl NcclComm {
     /// stage where a rank's launch failed (they never complete): their results may
     /// already be in the caller's hands (GPU views are handed out before the GPU is done),
     /// and every rank waits for its own before aborting, so they complete.
+    ///
+    /// After an asynchronous NCCL error nothing is waited for: some collective is stuck,
+    /// and those queued behind it with it.
     fn let_collectives_finish(&mut self) {
-        let failed = self.shared.failed_launch.load(SeqCst);
+        let shared = Arc::clone(&self.shared);
+        let failed = shared.failed_launch.load(SeqCst);
         let Some(a) = &mut self.attached else { return };
         if !a.comm.live {
             return;
@@ -211,7 +225,9 @@ impl NcclComm {
         };
         let deadline = std::time::Instant::now() + GRACE;
         poll(|| {
-            let done = last.try_is_complete().unwrap_or(true);
+            let done = last.try_is_complete().unwrap_or(true)
+                || shared.async_failed.load(SeqCst)
+                || a.comm.async_error().is_err();
             (done || std::time::Instant::now() >= deadline).then_some(())
         });
     }
@@ -230,7 +246,10 @@ impl NcclComm {
             Ok(true) => Some(Ok(())),
             Err(e) => Some(Err(StageError::Comm(gpu("cuEventQuery")(e)))),
             Ok(false) if shared.aborted.load(SeqCst) => Some(Err(StageError::Aborted)),
-            Ok(false) => a.comm.async_error().err().map(|e| Err(StageError::Comm(e))),
+            Ok(false) => a.comm.async_error().err().map(|e| {
+                shared.async_failed.store(true, SeqCst);
+                Err(StageError::Comm(e))
+            }),
         })
     }
 
@@ -248,14 +267,20 @@ impl NcclComm {
         if regions.is_empty() {
             return Ok(());
         }
-        let a = self.attached()?;
         let (n_ins, n) = (regions.len(), regions.len() + outputs.len());
         let mut regs = [DevRegion::EMPTY; 2 * DType::COUNT];
-        for (i, r) in regions.iter_mut().enumerate() {
-            regs[i] = a.upload_scratch(i, r, true)?;
-        }
-        for (i, r) in outputs.iter_mut().enumerate() {
-            regs[n_ins + i] = a.upload_scratch(n_ins + i, r, false)?;
+        let uploaded = self.attached().and_then(|a| {
+            for (i, r) in regions.iter_mut().enumerate() {
+                regs[i] = a.upload_scratch(i, r, true)?;
+            }
+            for (i, r) in outputs.iter_mut().enumerate() {
+                regs[n_ins + i] = a.upload_scratch(n_ins + i, r, false)?;
+            }
+            Ok(())
+        });
+        if uploaded.is_err() {
+            // The peers launch this stage: tell them it will not pair up.
+            return self.confirm_launch(uploaded);
         }
         let (ins, outs) = regs[..n].split_at(n_ins);
         self.launch(header, collective, ins, outs)?;
@@ -296,6 +321,16 @@ impl NcclComm {
         outs: &[DevRegion],
     ) -> Result<(), StageError> {
         let launched = self.launch_here(header, collective, ins, outs);
+        self.confirm_launch(launched)
+    }
+
+    /// Tells the peers whether this rank's launch of the stage went through (`launched`),
+    /// and learns whether theirs did. Every rank that agreed on a stage calls it once.
+    fn confirm_launch(&mut self, launched: Result<(), StageError>) -> Result<(), StageError> {
+        if launched.is_err() {
+            // The peers' collectives of this stage wait for ours, which will not come.
+            self.shared.failed_launch.store(self.round, SeqCst);
+        }
         let confirmed = self
             .shared
             .board
@@ -311,7 +346,6 @@ impl NcclComm {
         outs: &[DevRegion],
     ) -> Result<(), StageError> {
         let (size, round) = (self.size, self.round);
-        let shared = Arc::clone(&self.shared);
         let a = self.attached()?;
         let record = |event: &CudaEvent, stream| {
             event
@@ -330,11 +364,7 @@ impl NcclComm {
                 let ended = nccl::group_end().map_err(nccl_stage_err("ncclGroupEnd"));
                 queued.and(ended.map(drop))
             });
-        if launched.is_err() {
-            // The peers' collectives of this stage wait for ours, which NCCL dropped.
-            shared.failed_launch.store(round, SeqCst);
-            return launched;
-        }
+        launched?;
         a.launched = round;
         record(&a.after, a.device.stream())
     }
@@ -404,7 +434,11 @@ impl Communicator for NcclComm {
                 self.id,
                 self.rank as c_int,
             )
-            .map_err(nccl_err("ncclCommInitRank"))?;
+            .map_err(|e| {
+                // Peers that got through their init wait for this rank's warm-up in vain.
+                self.shared.failed_launch.store(0, SeqCst);
+                nccl_err("ncclCommInitRank")(e)
+            })?;
             RawComm {
                 handle: raw.assume_init(),
                 live: true,
