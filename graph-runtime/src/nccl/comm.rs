@@ -25,7 +25,9 @@ struct Shared {
     /// all ranks call it: a rank that could not open its GPU must not leave the others
     /// waiting there.
     barrier: Barrier,
+    /// Whether a rank could not open its GPU (read after `barrier`).
     failed: AtomicBool,
+    /// Whether the group is over: every wait and stage gives up.
     aborted: AtomicBool,
     /// Where the ranks agree on each stage's headers.
     board: Board,
@@ -43,8 +45,8 @@ impl Shared {
     }
 }
 
-/// One rank's endpoint on the [`Nccl`](super::Nccl) backend: its GPU, stream and NCCL communicator,
-/// created on the actor's thread when the group is launched.
+/// One rank's endpoint on the [`Nccl`](super::Nccl) backend: its GPU, stream and NCCL
+/// communicator, created on the actor's thread when the group is launched.
 #[derive(Debug)]
 pub struct NcclComm {
     rank: usize,
