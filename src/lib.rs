@@ -50,7 +50,7 @@ pub use graph_runtime::*;
 /// traits of the values collectives take.
 pub mod prelude {
     pub use crate::{
-        actor, graph, Backend, Bucketable, Cpu, Error, Gather, LaunchOptions, ReduceOp, Scatter,
-        Tensor, Ticket,
+        actor, graph, Actors, Backend, Bucketable, Cpu, Error, Gather, LaunchOptions, ReduceOp,
+        Scatter, Tensor, Ticket,
     };
 }

@@ -139,6 +139,39 @@ fn four_in_flight_across_groups_and_waited_out_of_order() -> Result<(), Error> {
     })
 }
 
+/// `in_flight` counts the executions whose results are neither read nor discarded: reading
+/// the newest of four frees its room while the three older ones stay held for their tickets.
+#[test]
+fn reading_the_newest_result_frees_its_room() -> Result<(), Error> {
+    within(60, || {
+        let mut g = Step::launch_with(workers(2), Cpu, options(4))?;
+        let mut tickets = (0..4)
+            .map(|k| g.submit(k as f32, Fault::None, 0))
+            .collect::<Result<Vec<_>, _>>()?;
+        let newest = tickets.pop().expect("four tickets");
+        assert_eq!(g.wait(newest)?[0].to_vec(), vec![expected(2, 3.0); 3]);
+        assert_eq!(g.in_flight(), 3);
+        let fifth = g.submit(4.0, Fault::None, 0)?;
+        assert_eq!(g.in_flight(), 4);
+        assert!(matches!(
+            g.submit(5.0, Fault::None, 0),
+            Err(Error::InFlightFull { max_in_flight: 4 })
+        ));
+        // Dropping a held result's ticket discards it and frees its room too.
+        drop(tickets.remove(0));
+        assert_eq!(
+            g.execute(5.0, Fault::None, 0)?[1].to_vec(),
+            vec![expected(2, 5.0); 3]
+        );
+        for (t, k) in tickets.into_iter().zip([1.0, 2.0]) {
+            assert_eq!(g.wait(t)?[1].to_vec(), vec![expected(2, k); 3]);
+        }
+        assert_eq!(g.wait(fifth)?[0].to_vec(), vec![expected(2, 4.0); 3]);
+        assert_eq!(g.in_flight(), 0);
+        g.teardown().map(drop)
+    })
+}
+
 #[test]
 fn exceeding_the_bound_is_a_typed_error_and_changes_nothing() -> Result<(), Error> {
     within(60, || {

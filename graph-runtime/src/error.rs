@@ -277,6 +277,32 @@ pub enum Error {
         message: String,
     },
 
+    /// An actor's constructor (see [`Actors::try_each`](crate::Actors::try_each)) failed or
+    /// panicked on its thread; `launch` started no execution.
+    #[error("actor {rank} of group `{group}` could not be made: {source}")]
+    ActorInit {
+        /// The group's name in the graph.
+        group: &'static str,
+        /// The actor's rank.
+        rank: usize,
+        /// What the constructor returned, or the panic's message.
+        source: BoxError,
+    },
+
+    /// A group of fixed size (`workers: [Worker; N]`) was launched with another number of
+    /// actors.
+    #[error(
+        "actor group `{group}` has a fixed size of {expected} actors, but launch was given {got}"
+    )]
+    GroupSize {
+        /// The group's name in the graph.
+        group: &'static str,
+        /// The size the graph declares.
+        expected: usize,
+        /// The number of actors given.
+        got: usize,
+    },
+
     /// A tensor is not where an operation needs it: a GPU tensor given to the CPU
     /// communicator, or read as a host slice, or a tensor of another GPU than the actor's.
     #[error("{0}")]

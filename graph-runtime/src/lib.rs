@@ -19,7 +19,7 @@ pub use bucket::{Bucketable, Gather, Reduced, Scatter};
 pub use comm::{Backend, Communicator, Cpu, ReduceOp};
 pub use element::{DType, Element};
 pub use error::{BoxError, Error};
-pub use exec::{LaunchOptions, Ticket, TEARDOWN_GRACE};
+pub use exec::{Actors, LaunchOptions, Ticket, TEARDOWN_GRACE};
 pub use tensor::Tensor;
 
 /// The `half` crate, whose `f16` and `bf16` are element types.
@@ -31,8 +31,8 @@ pub mod __private {
     pub use crate::bucket::{FusedStage, SlotIdx};
     pub use crate::comm::{Backend, Collective, Communicator, ReduceOp};
     pub use crate::exec::{
-        Deadline, Edge, EdgeValue, Group, LaunchOptions, Links, Pipeline, Route, Stage, StepCtx,
-        StepFn, SyncPoint, Ticket,
+        Actors, Deadline, Edge, EdgeValue, Group, LaunchOptions, Links, Pipeline, Route, Stage,
+        StepCtx, StepFn, SyncPoint, Ticket,
     };
     pub use crate::method::{into_result, Method};
     pub use crate::{BoxError, Bucketable, Error};
@@ -103,6 +103,19 @@ pub mod __private {
     /// A value that several actors read, cloned for one of them.
     pub fn clone_value<T: EdgeValue>(value: &T) -> T {
         value.clone()
+    }
+
+    /// Checks, at launch, that a group of fixed size (`[Worker; N]`) got `N` actors.
+    pub fn check_size(group: &'static str, expected: usize, got: usize) -> Result<(), Error> {
+        if expected == got {
+            Ok(())
+        } else {
+            Err(Error::GroupSize {
+                group,
+                expected,
+                got,
+            })
+        }
     }
 
     /// Checks that groups whose values are zipped into one output have the same size.

@@ -11,7 +11,7 @@ use crate::error::BoxError;
     message = "`{Self}` has no graph method `{M}`",
     note = "graph methods come from an `impl` block marked `#[actor]`"
 )]
-pub trait Method<M>: Send + 'static {
+pub trait Method<M>: 'static {
     /// The arguments, each by reference: `(&'a A, &'a B)`.
     type Args<'a>;
     /// What the method returns (the `T` of a `Result<T, E>` for a fallible method).

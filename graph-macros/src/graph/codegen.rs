@@ -48,10 +48,16 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         }
     });
     let group_names_launch = g.groups.iter().map(|d| &d.name);
+    let group_names_launch2 = group_names_launch.clone();
     let group_params2 = group_params.clone();
-    let to_vecs = g.groups.iter().filter(|d| d.size.is_some()).map(|d| {
+    let actors_params = g.groups.iter().map(|d| {
         let (n, a) = (&d.name, &d.actor);
-        quote!(let #n: #rt::Vec<#a> = #rt::Vec::from(#n);)
+        quote!(#n: #rt::Actors<#a>)
+    });
+    let to_vecs = g.groups.iter().filter_map(|d| {
+        let (n, len) = (&d.name, &d.size.as_ref()?.0);
+        let s = n.to_string();
+        Some(quote!(#rt::check_size(#s, #len, #n.len())?;))
     });
     let checks = launch_checks(g, &groups, &sched);
     let links_ty = step::links_type(g, &sched);
@@ -169,6 +175,15 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         )
     };
     let input_names: Vec<&Ident> = g.inputs.iter().map(|i| &i.name).collect();
+    // Spanned at the group's actor type, where a missing `Send` is reported.
+    let send_bounds: Vec<TokenStream> = g
+        .groups
+        .iter()
+        .map(|d| {
+            let a = &d.actor;
+            quote_spanned!(syn::spanned::Spanned::span(a)=> for<'__a> #a: ::core::marker::Send)
+        })
+        .collect();
 
     let steps = groups.iter().map(|p| &p.step.0);
     let group_names = g.groups.iter().map(|d| d.name.to_string());
@@ -201,17 +216,38 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
 
             #[doc = #launch_doc]
             ///
+            /// The actors are moved to their threads, so their types must be `Send +
+            /// 'static`; to make actors on their own threads instead (they then need not be
+            /// `Send`), use `launch_actors` with `Actors::each`.
+            ///
             /// Fails if a group is empty, if groups that feed one output or whose values one
             /// another reads differ in size, if the graph addresses an actor a group does
             /// not have, or if the backend cannot connect the actors.
-            pub fn launch<__B: #rt::Backend>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
-                Self::launch_with(#(#group_names_launch,)* backend, #rt::LaunchOptions::default())
+            pub fn launch<__B: #rt::Backend>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error>
+            where
+                #(#send_bounds,)*
+            {
+                Self::launch_actors(#(#rt::Actors::from(#group_names_launch),)* backend, #rt::LaunchOptions::default())
             }
 
             /// Like `launch`, with options: `LaunchOptions::default().max_in_flight(4)` lets
             /// up to 4 executions be submitted (`submit`) before their results are read
             /// (`wait`); each actor gets an input and an output queue of that capacity.
-            pub fn launch_with<__B: #rt::Backend>(#(#group_params2,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
+            pub fn launch_with<__B: #rt::Backend>(#(#group_params2,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error>
+            where
+                #(#send_bounds,)*
+            {
+                Self::launch_actors(#(#rt::Actors::from(#group_names_launch2),)* backend, __options)
+            }
+
+            /// Like `launch_with`, with each group's actors as `Actors`: ready values
+            /// (`Actors::from(vec)`), or `Actors::each(n, |rank, size| ..)`, which makes
+            /// each actor on its own thread, so that it need not be `Send` (`teardown`,
+            /// which hands actors back, then cannot be called; dropping the graph drops
+            /// them on their threads). A failing or panicking constructor fails the launch
+            /// with `Error::ActorInit`; a fixed-size group given another number of actors,
+            /// with `Error::GroupSize`.
+            pub fn launch_actors<__B: #rt::Backend>(#(#actors_params,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
                 #(#to_vecs)*
                 #checks
                 let mut __links = #rt::Links::new();
@@ -371,7 +407,10 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
 
             /// Stops the actor threads and hands the actors back, by rank, with their state;
             /// an error if any actor is not intact (poisoned, lost, or stuck in a method).
-            pub fn teardown(self) -> #rt::Result<#teardown_ty, #rt::Error> {
+            pub fn teardown(self) -> #rt::Result<#teardown_ty, #rt::Error>
+            where
+                #(#send_bounds,)*
+            {
                 let Self { #(#field_names,)* .. } = self;
                 #(let #torn = #field_names.teardown();)*
                 #rt::Result::Ok(#teardown_val)
@@ -380,7 +419,10 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// Stops the actor threads and hands back, by rank, every actor that is intact
             /// and, for each other one, why not. Returns within a bounded time even if an
             /// actor is stuck in a method (its thread is then detached).
-            pub fn teardown_each(self) -> #each_ty {
+            pub fn teardown_each(self) -> #each_ty
+            where
+                #(#send_bounds,)*
+            {
                 let Self { #(#field_names,)* .. } = self;
                 #(let #torn = #field_names.teardown_each();)*
                 #each_val

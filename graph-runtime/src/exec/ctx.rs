@@ -314,7 +314,7 @@ fn skip_stage<C: Communicator>(st: &mut FusedStage, comm: &mut C, round: u64, ac
     }
 }
 
-fn panic_message(payload: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {

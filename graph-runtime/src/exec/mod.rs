@@ -11,17 +11,23 @@
 //! execution registers a waker ([`Group::register_waker`]) that the actors wake as they
 //! finish.
 
+mod actors;
 mod ctx;
 pub(crate) mod edge;
 mod pipeline;
+mod wake;
 
+pub use actors::Actors;
 pub use ctx::{Stage, StepCtx, SyncPoint};
 pub use edge::{Edge, EdgeValue, Links, Route};
 pub use pipeline::{LaunchOptions, Pipeline, Ticket};
 
+use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{fence, AtomicBool as StdAtomicBool, AtomicU8};
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicU8;
+use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
 use std::thread::JoinHandle;
@@ -30,7 +36,8 @@ use std::time::{Duration, Instant};
 use crate::comm::{AbortHandle, Backend, Communicator};
 use crate::sync::prims::AtomicBool;
 use crate::sync::Epoch;
-use crate::Error;
+use crate::{BoxError, Error};
+use wake::WakeSlot;
 
 /// The generated per-actor step of a graph: a closure over the graph's edges.
 pub trait StepFn<A, C, I, O>:
@@ -69,11 +76,12 @@ pub const TEARDOWN_GRACE: Duration = Duration::from_secs(5);
 /// The driver's handle on one actor group: its threads, and a slot per actor through which
 /// inputs go in and outputs come back.
 ///
-/// Dropping it stops the threads and joins them, waiting at most [`TEARDOWN_GRACE`].
+/// Dropping it stops the threads and joins them, waiting at most [`TEARDOWN_GRACE`]; the
+/// actors are dropped on their own threads.
 pub struct Group<A, I, O> {
     name: &'static str,
-    shared: Arc<Shared<I, O>>,
-    threads: Vec<Option<JoinHandle<Returned<A>>>>,
+    shared: Arc<Shared<A, I, O>>,
+    threads: Vec<Option<JoinHandle<Returned>>>,
     /// Per actor, the `done` value last seen by the driver.
     done_seen: Vec<u64>,
     abort: AbortHandle,
@@ -82,16 +90,23 @@ pub struct Group<A, I, O> {
     links: Links,
     /// Why the group cannot run any more, if it cannot.
     broken: Option<String>,
+    /// The group owns no actor (they live on their threads), so it is `Send` and `Sync`
+    /// whatever the actor type.
+    _actors: PhantomData<fn() -> A>,
 }
 
+/// Boxes an actor so that its thread can return it (only for `A: Send`).
+type HandBack<A> = fn(A) -> Box<dyn Any + Send>;
+
 /// What an actor thread hands back when it stops.
-struct Returned<A> {
-    actor: A,
+struct Returned {
+    /// The actor, when teardown asked for it (see `Shared::hand_back`).
+    actor: Option<Box<dyn Any + Send>>,
     /// The message of the panic that poisoned it, if one did.
     poisoned: Option<String>,
 }
 
-struct Shared<I, O> {
+struct Shared<A, I, O> {
     slots: Box<[Slot<I, O>]>,
     /// Per rank, whether it is in its own code or waiting for other actors (in a collective
     /// or on an edge); shared with its `StepCtx` so a timeout can name the culprits.
@@ -100,34 +115,13 @@ struct Shared<I, O> {
     /// Advanced by each thread as it ends, however it ends.
     exits: Epoch,
     /// The waker of an async execution waiting for this group ([`Group::register_waker`]),
-    /// taken and woken by the next actor that finishes its step or ends; `None` when no
-    /// future waits (a synchronous `collect` waits on the `done` epochs instead).
-    waker: Mutex<Option<Waker>>,
-    /// Whether `waker` may hold a waker: lets the actors skip its lock (which they would
-    /// otherwise all take at the end of every step) when no future waits.
-    waker_set: StdAtomicBool,
-}
-
-impl<I, O> Shared<I, O> {
-    /// Wakes the registered future, if any. Called after `done` advances. The driver
-    /// registers its waker, sets `waker_set`, then checks `done`; the actor advances `done`
-    /// and then checks `waker_set`. With a `SeqCst` fence between each side's write and
-    /// read, at least one of them sees the other's write: the driver sees the advance, or
-    /// the actor sees the flag and takes the waker (under the mutex). No wake-up is lost.
-    fn wake(&self) {
-        fence(SeqCst);
-        if !self.waker_set.load(Relaxed) {
-            return;
-        }
-        let waker = {
-            let mut slot = lock(&self.waker);
-            self.waker_set.store(false, Relaxed);
-            slot.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
+    /// woken by the next actor that finishes its step or ends.
+    waker: WakeSlot,
+    /// How a stopping thread hands its actor back: set only by `teardown`, which needs the
+    /// actor type to be `Send` (this is the one place an actor leaves its thread). Without
+    /// it, a thread drops its actor itself, so actors built on their threads need not be
+    /// `Send`.
+    hand_back: Mutex<Option<HandBack<A>>>,
 }
 
 /// What a rank is doing, on its own cache line: [`IN_CODE`], [`IN_COLLECTIVE`] or
@@ -162,20 +156,22 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl<A, I, O> Group<A, I, O>
 where
-    A: Send + 'static,
+    A: 'static,
     I: Clone + Send + 'static,
     O: Send + 'static,
 {
     /// Spawns one thread per actor, named `actorgraph-<group>-<rank>`, each owning its actor,
-    /// its communicator endpoint and its fused stages. `schedule` lists the group's stages
-    /// and edge operations in step order; `links` holds every edge of the graph. `depth` is
-    /// the most executions the driver keeps in flight: the capacity of each actor's input
-    /// and output queue (the driver keeps to it; see [`Pipeline`]).
+    /// its communicator endpoint and its fused stages. Each thread attaches its
+    /// communicator, then makes its actor; the group runs only if every rank did both.
+    /// `schedule` lists the group's stages and edge operations in step order; `links` holds
+    /// every edge of the graph. `depth` is the most executions the driver keeps in flight:
+    /// the capacity of each actor's input and output queue (the driver keeps to it; see
+    /// [`Pipeline`]).
     #[allow(clippy::too_many_arguments)]
     pub fn launch<B: Backend>(
         name: &'static str,
         depth: usize,
-        actors: Vec<A>,
+        actors: Actors<A>,
         backend: &B,
         stage_names: &'static [&'static str],
         schedule: &'static [SyncPoint],
@@ -207,8 +203,8 @@ where
             activity: (0..actors.len()).map(|_| Activity::default()).collect(),
             shutdown: AtomicBool::new(false),
             exits: Epoch::new(),
-            waker: Mutex::new(None),
-            waker_set: StdAtomicBool::new(false),
+            waker: WakeSlot::new(),
+            hand_back: Mutex::new(None),
         });
         let mut group = Self {
             name,
@@ -218,9 +214,11 @@ where
             abort: comms[0].abort_handle(),
             links: links.clone(),
             broken: None,
+            _actors: PhantomData,
         };
-        let (attached_tx, attached) = std::sync::mpsc::sync_channel(actors.len());
-        for (rank, (actor, mut comm)) in actors.into_iter().zip(comms).enumerate() {
+        let size = actors.len();
+        let (attached_tx, attached) = std::sync::mpsc::sync_channel(size);
+        for (rank, (make, mut comm)) in actors.into_makers().into_iter().zip(comms).enumerate() {
             let shared = Arc::clone(&group.shared);
             let (links, step) = (links.clone(), step.clone());
             let attached_tx = attached_tx.clone();
@@ -234,17 +232,22 @@ where
                         abort: comm.abort_handle(),
                         links: links.clone(),
                     };
-                    let attach = comm.attach();
-                    let failed = attach.is_err();
-                    let _ = attached_tx.send(attach);
+                    let actor = comm
+                        .attach()
+                        .and_then(|()| make_actor(make, name, rank, size));
+                    let (actor, ready) = match actor {
+                        Ok(actor) => (Some(actor), Ok(())),
+                        Err(e) => (None, Err(e)),
+                    };
+                    let _ = attached_tx.send((rank, ready));
                     drop(attached_tx);
-                    if failed {
+                    let Some(actor) = actor else {
                         drop(guard);
                         return Returned {
-                            actor,
+                            actor: None,
                             poisoned: None,
                         };
-                    }
+                    };
                     let activity = Arc::clone(&shared.activity);
                     let ctx = StepCtx::new(name, comm, stage_names, schedule, links, activity);
                     let returned = actor_loop(actor, ctx, &step, &shared, rank);
@@ -264,22 +267,46 @@ where
             }
         }
         drop(attached_tx);
-        // Every rank attaches its communicator on its own thread; the group runs only if
-        // all did. (A thread that died before sending closes the channel: `recv` fails.)
-        for rank in 0..group.len() {
-            match attached.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(e),
-                Err(_) => {
-                    return Err(Error::ActorLost {
-                        group: name,
-                        rank,
-                        reason: "its thread ended while attaching its communicator".into(),
-                    })
+        // Every rank attaches its communicator and makes its actor on its own thread; the
+        // group runs only if all did. (A thread that died before sending closes the
+        // channel: `recv` fails.) Of several failures, the lowest rank's is reported.
+        let mut failed: Option<(usize, Error)> = None;
+        let mut reported = vec![false; size];
+        for _ in 0..size {
+            let (rank, e) = match attached.recv() {
+                Ok((rank, Ok(()))) => {
+                    reported[rank] = true;
+                    continue;
                 }
+                Ok((rank, Err(e))) => {
+                    reported[rank] = true;
+                    (rank, e)
+                }
+                Err(_) => {
+                    let rank = reported.iter().position(|&r| !r).unwrap_or(0);
+                    let reason = "its thread ended while attaching its communicator".into();
+                    (
+                        rank,
+                        Error::ActorLost {
+                            group: name,
+                            rank,
+                            reason,
+                        },
+                    )
+                }
+            };
+            if failed.as_ref().is_none_or(|&(r, _)| rank < r) {
+                failed = Some((rank, e));
+            }
+            if matches!(failed, Some((_, Error::ActorLost { .. }))) {
+                break;
             }
         }
-        Ok(group)
+        match failed {
+            // Dropping `group` stops the threads; actors already made are dropped there.
+            Some((_, e)) => Err(e),
+            None => Ok(group),
+        }
     }
 
     /// The number of actors.
@@ -337,16 +364,7 @@ where
     /// [`Group::is_done`]: no wake-up is lost between the two. Never blocks for longer
     /// than an actor takes to swap the waker out.
     pub fn register_waker(&self, waker: &Waker) {
-        {
-            let mut slot = lock(&self.shared.waker);
-            match &*slot {
-                Some(old) if old.will_wake(waker) => {}
-                _ => *slot = Some(waker.clone()),
-            }
-            self.shared.waker_set.store(true, Relaxed);
-        }
-        // Pairs with the fence in `Shared::wake`: the caller's check of `done` comes after.
-        fence(SeqCst);
+        self.shared.waker.register(waker);
     }
 
     /// Waits for every actor's step of the oldest execution not yet collected and returns
@@ -436,7 +454,13 @@ where
     pub fn mark_broken(&mut self, reason: &str) {
         self.break_with(reason.to_string());
     }
+}
 
+/// Handing the actors back: they leave their threads, so they must be `Send`.
+impl<A, I, O> Group<A, I, O>
+where
+    A: Send + 'static,
+{
     /// Stops the threads and hands every actor back, by rank; an error if any actor is not
     /// intact (poisoned by a panic, lost, or still stuck after [`TEARDOWN_GRACE`]).
     pub fn teardown(self) -> Result<Vec<A>, Error> {
@@ -446,6 +470,8 @@ where
     /// Stops the threads and hands back, by rank, each actor that is intact, and for each
     /// other one the reason it is not. Returns within about [`TEARDOWN_GRACE`].
     pub fn teardown_each(mut self) -> Vec<Result<A, Error>> {
+        // Before the threads see `shutdown`: each then hands its actor back.
+        *lock(&self.shared.hand_back) = Some(|actor| Box::new(actor));
         self.stop_and_wait(TEARDOWN_GRACE);
         let name = self.name;
         let shared = Arc::clone(&self.shared);
@@ -463,9 +489,16 @@ where
                     });
                 }
                 match handle.map(JoinHandle::join) {
-                    Some(Ok(Returned { actor, poisoned: None })) => Ok(actor),
+                    Some(Ok(Returned { actor: Some(actor), .. })) => {
+                        // The thread boxed an `A` (see `hand_back` above).
+                        actor.downcast().map(|a| *a).map_err(|_| Error::ActorLost {
+                            group: name,
+                            rank,
+                            reason: "its thread handed back something else".into(),
+                        })
+                    }
                     Some(Ok(Returned { poisoned: Some(message), .. })) => Err(Error::Poisoned { group: name, rank, message }),
-                    Some(Err(_)) | None => Err(Error::ActorLost {
+                    Some(Ok(Returned { actor: None, poisoned: None })) | Some(Err(_)) | None => Err(Error::ActorLost {
                         group: name,
                         rank,
                         reason: "its thread panicked outside a method".into(),
@@ -518,8 +551,8 @@ impl<A, I, O> Drop for Group<A, I, O> {
 
 /// Marks an actor thread as ended however it ends; if it ends by unwinding, aborts the
 /// communicator and the edges so that no peer waits for it, and wakes the driver.
-struct ExitGuard<'a, I, O> {
-    shared: &'a Shared<I, O>,
+struct ExitGuard<'a, A, I, O> {
+    shared: &'a Shared<A, I, O>,
     rank: usize,
     abort: AbortHandle,
     /// Aborted too: an actor of another group may be waiting for this one's values, and
@@ -527,7 +560,7 @@ struct ExitGuard<'a, I, O> {
     links: Links,
 }
 
-impl<I, O> Drop for ExitGuard<'_, I, O> {
+impl<A, I, O> Drop for ExitGuard<'_, A, I, O> {
     fn drop(&mut self) {
         crate::sync::actor_ended();
         if std::thread::panicking() {
@@ -539,17 +572,35 @@ impl<I, O> Drop for ExitGuard<'_, I, O> {
         // A driver waiting for this rank's output finds none and reports the rank lost.
         slot.done.advance();
         self.shared.exits.advance();
-        self.shared.wake();
+        self.shared.waker.wake();
     }
+}
+
+/// Makes rank `rank`'s actor on its own thread; a failing or panicking maker is
+/// [`Error::ActorInit`].
+fn make_actor<A>(
+    make: Box<dyn FnOnce(usize, usize) -> Result<A, BoxError> + Send>,
+    group: &'static str,
+    rank: usize,
+    size: usize,
+) -> Result<A, Error> {
+    let made = catch_unwind(AssertUnwindSafe(|| make(rank, size))).unwrap_or_else(|panic| {
+        Err(format!("it panicked: {}", ctx::panic_message(&*panic)).into())
+    });
+    made.map_err(|source| Error::ActorInit {
+        group,
+        rank,
+        source,
+    })
 }
 
 fn actor_loop<A, C: Communicator, I, O>(
     mut actor: A,
     mut ctx: StepCtx<C>,
     step: &impl StepFn<A, C, I, O>,
-    shared: &Shared<I, O>,
+    shared: &Shared<A, I, O>,
     rank: usize,
-) -> Returned<A> {
+) -> Returned {
     let slot = &shared.slots[rank];
     // Steps started so far: one per `go` advance, in order, however many are queued.
     let mut started = 0;
@@ -558,10 +609,11 @@ fn actor_loop<A, C: Communicator, I, O>(
         // are already queued).
         let _ = slot.go.wait_past(started, None);
         if shared.shutdown.load(Acquire) {
-            return Returned {
-                actor,
-                poisoned: ctx.poisoned().map(str::to_owned),
-            };
+            let poisoned = ctx.poisoned().map(str::to_owned);
+            // A poisoned actor is not handed back: teardown reports it instead.
+            let hand_back = *lock(&shared.hand_back);
+            let actor = hand_back.filter(|_| poisoned.is_none()).map(|f| f(actor));
+            return Returned { actor, poisoned };
         }
         started += 1;
         let input = lock(&slot.input).pop_front();
@@ -571,6 +623,6 @@ fn actor_loop<A, C: Communicator, I, O>(
         };
         lock(&slot.output).push_back(result);
         slot.done.advance();
-        shared.wake();
+        shared.waker.wake();
     }
 }

@@ -77,15 +77,18 @@ struct Book {
     abandoned: Mutex<Vec<u64>>,
 }
 
-/// A graph's executions in flight, oldest first: `base..collected` have been collected
-/// from the groups (their results wait in `ready`), `collected..next` are still running.
+/// A graph's executions in flight: the ones still running on the actors (`collected..next`,
+/// in submission order) and the results collected from the groups but not yet handed to
+/// their tickets. Both count against the bound: a result waiting for its ticket holds its
+/// execution's room until it is read or its ticket dropped.
 pub struct Pipeline<T> {
     book: Arc<Book>,
     max: usize,
-    /// The oldest execution whose result is neither handed out nor discarded.
-    base: u64,
-    /// Results of `base..base + ready.len()`; `None` once handed out.
-    ready: VecDeque<Option<Result<T, Error>>>,
+    /// Results collected ahead of their tickets, with their submission index; at most
+    /// `max`, and removed as soon as they are handed out or abandoned.
+    held: VecDeque<(u64, Result<T, Error>)>,
+    /// The index of the oldest execution still running: every earlier one is collected.
+    collected: u64,
     /// The next submission's index.
     next: u64,
 }
@@ -99,8 +102,8 @@ impl<T> Pipeline<T> {
                 abandoned: Mutex::new(Vec::with_capacity(max)),
             }),
             max,
-            base: 0,
-            ready: VecDeque::with_capacity(max),
+            held: VecDeque::with_capacity(max),
+            collected: 0,
             next: 0,
         }
     }
@@ -110,24 +113,21 @@ impl<T> Pipeline<T> {
         self.max
     }
 
-    /// Executions submitted whose results are neither handed out nor discarded.
+    /// Executions submitted whose results are neither read nor discarded: still running,
+    /// or collected and waiting for their tickets.
     pub fn in_flight(&self) -> usize {
-        // At most `max`, so it fits.
-        (self.next - self.base) as usize
+        // Both parts are at most `max`, so they fit.
+        (self.next - self.collected) as usize + self.held.len()
     }
 
-    fn collected(&self) -> u64 {
-        self.base + self.ready.len() as u64
-    }
-
-    /// Whether the oldest execution still running on the actors was abandoned (its ticket
-    /// dropped) and is all that stands between a full pipeline and room for one more: the
-    /// caller then collects it (with [`Pipeline::push_collected`]) to make room.
+    /// Whether the pipeline is full and the oldest execution still running was abandoned
+    /// (its ticket dropped): the caller then collects it (with
+    /// [`Pipeline::push_collected`]), which discards it and makes room for one more.
     pub fn must_drain(&mut self) -> bool {
         self.retire();
         self.in_flight() >= self.max
-            && self.ready.is_empty()
-            && lock(&self.book.abandoned).contains(&self.base)
+            && self.collected < self.next
+            && lock(&self.book.abandoned).contains(&self.collected)
     }
 
     /// [`Error::InFlightFull`] if there is no room for another submission.
@@ -166,42 +166,43 @@ impl<T> Pipeline<T> {
     /// the oldest execution still running and [`Pipeline::push_collected`] it, then ask
     /// again.
     pub fn needs_collect(&self, ticket: &Ticket) -> bool {
-        ticket.seq >= self.collected()
+        ticket.seq >= self.collected
     }
 
-    /// The result of the oldest execution still running, just collected.
+    /// The result of the oldest execution still running, just collected: kept for its
+    /// ticket, or discarded if the ticket was dropped.
     pub fn push_collected(&mut self, result: Result<T, Error>) {
-        self.ready.push_back(Some(result));
-        self.retire();
+        let seq = self.collected;
+        self.collected += 1;
+        let mut abandoned = lock(&self.book.abandoned);
+        match abandoned.iter().position(|&s| s == seq) {
+            Some(i) => {
+                abandoned.swap_remove(i);
+            }
+            None => self.held.push_back((seq, result)),
+        }
     }
 
     /// The result for `ticket`, once collected (see [`Pipeline::needs_collect`]).
     pub fn take(&mut self, mut ticket: Ticket) -> Result<T, Error> {
         ticket.redeemed = true;
-        let result = ticket
-            .seq
-            .checked_sub(self.base)
-            .and_then(|k| self.ready.get_mut(k as usize))
-            .and_then(Option::take);
-        self.retire();
+        let result = self
+            .held
+            .iter()
+            .position(|&(seq, _)| seq == ticket.seq)
+            .and_then(|i| self.held.remove(i))
+            .map(|(_, result)| result);
         // A ticket is redeemed once (it is not `Clone`) and collected before it is taken,
         // so its result is there; the fallback is unreachable but not a panic.
         result.unwrap_or(Err(Error::ForeignTicket))
     }
 
-    /// Drops, from the front, results handed out or abandoned.
+    /// Discards the held results whose tickets were dropped since they were collected.
     fn retire(&mut self) {
         let mut abandoned = lock(&self.book.abandoned);
-        while let Some(front) = self.ready.front() {
-            let seq = self.base;
-            let gone = front.is_none() || abandoned.contains(&seq);
-            if !gone {
-                break;
-            }
-            abandoned.retain(|&s| s != seq);
-            self.ready.pop_front();
-            self.base += 1;
-        }
+        let collected = self.collected;
+        self.held.retain(|(seq, _)| !abandoned.contains(seq));
+        abandoned.retain(|&seq| seq >= collected);
     }
 }
 
@@ -210,7 +211,7 @@ mod tests {
     use super::*;
 
     fn collect_one(p: &mut Pipeline<u64>) {
-        let seq = p.collected();
+        let seq = p.collected;
         p.push_collected(Ok(seq));
     }
 
@@ -232,7 +233,7 @@ mod tests {
             collect_one(&mut p);
         }
         assert_eq!(p.take(t1).ok(), Some(1));
-        assert_eq!(p.in_flight(), 3);
+        assert_eq!(p.in_flight(), 2, "t0 held, t2 running");
         assert_eq!(p.take(t0).ok(), Some(0));
         assert_eq!(p.in_flight(), 1);
         p.room().ok();
@@ -240,6 +241,36 @@ mod tests {
         drop(t2);
         assert!(!p.must_drain());
         collect_one(&mut p);
+        assert_eq!(p.in_flight(), 0);
+    }
+
+    /// Reading the newest result first leaves the older ones held for their tickets: they
+    /// count, the one read does not, and its room is free at once.
+    #[test]
+    fn a_result_read_out_of_order_frees_its_room() {
+        let mut p = Pipeline::new(LaunchOptions::default().max_in_flight(4));
+        let mut tickets: Vec<Ticket> = (0..4).map(|_| p.issue()).collect();
+        let newest = tickets.pop().unwrap();
+        while p.needs_collect(&newest) {
+            collect_one(&mut p);
+        }
+        assert_eq!(p.take(newest).ok(), Some(3));
+        assert_eq!(p.in_flight(), 3);
+        assert!(p.room().is_ok());
+        let t4 = p.issue();
+        assert!(p.room().is_err(), "three held and one running fill it");
+        // A held result whose ticket is dropped frees its room too.
+        drop(tickets.remove(1));
+        assert_eq!(p.in_flight(), 4, "counted until the pipeline looks");
+        assert!(p.room().is_ok());
+        assert_eq!(p.in_flight(), 3);
+        for (t, want) in tickets.into_iter().zip([0, 2]) {
+            assert_eq!(p.take(t).ok(), Some(want));
+        }
+        while p.needs_collect(&t4) {
+            collect_one(&mut p);
+        }
+        assert_eq!(p.take(t4).ok(), Some(4));
         assert_eq!(p.in_flight(), 0);
     }
 
