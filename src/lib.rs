@@ -29,7 +29,7 @@
 //! }
 //!
 //! fn main() -> Result<(), actorgraph::Error> {
-//!     let workers = (0..4).map(|rank| Worker { rank }).collect();
+//!     let workers: Vec<Worker> = (0..4).map(|rank| Worker { rank }).collect();
 //!     let mut g = Bucketed::launch(workers, Cpu::default())?;
 //!     let out: Vec<(Tensor<f32>, Tensor<f32>)> = g.execute(Tensor::zeros([1]))?;
 //!     assert_eq!(out[2].0.to_vec(), vec![4.0; 4]);

@@ -20,6 +20,20 @@ pub enum Error {
         group: &'static str,
     },
 
+    /// `launch` was given another number of actors than a group declared with a fixed size
+    /// (`workers: [Worker; 2]`) has.
+    #[error(
+        "actor group `{group}` is declared with {declared} actors, but launch was given {given}"
+    )]
+    FixedSizeMismatch {
+        /// The group's name in the graph.
+        group: &'static str,
+        /// The size in the graph.
+        declared: usize,
+        /// The number of actors given.
+        given: usize,
+    },
+
     /// Two groups whose values are zipped into one output have different sizes.
     #[error("actor groups `{first}` ({first_len} actors) and `{second}` ({second_len} actors) feed one output and must have the same size")]
     GroupSizeMismatch {

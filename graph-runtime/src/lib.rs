@@ -25,6 +25,15 @@ pub use tensor::Tensor;
 /// The `half` crate, whose `f16` and `bf16` are element types.
 pub use half;
 
+// The items of `__private` that compiler messages about a user's graph can name (an
+// unknown method, a type that is not an actor, an unmet bound) are also here, hidden, so
+// that rustc writes them `actorgraph::MethodCall` rather than through `__private`.
+#[doc(hidden)]
+pub use __private::{
+    clone_value, destructures, gatherable, method_index, Actor, Checked, EdgeValue, Fallible,
+    FusedStage, Method, MethodCall, MethodId, Signature, Stage, StepCtx, Tuple, TupleField, Valid,
+};
+
 /// Items the generated code uses. Not a public API: it changes without notice.
 #[doc(hidden)]
 pub mod __private {
@@ -34,8 +43,11 @@ pub mod __private {
         Deadline, Edge, EdgeValue, Group, LaunchOptions, Links, Pipeline, Route, Stage, StepCtx,
         StepFn, SyncPoint, Ticket,
     };
-    pub use crate::method::{into_result, Method};
-    pub use crate::{BoxError, Bucketable, Error};
+    pub use crate::method::{
+        checked, destructures, gatherable, method_index, Actor, Checked, Fallible, Method,
+        MethodCall, MethodId, MethodInfo, Signature, Tuple, Valid,
+    };
+    pub use crate::{BoxError, Bucketable, Error, Gather};
     pub use std::marker::PhantomData;
     pub use std::option::Option;
     pub use std::result::Result;
@@ -43,6 +55,42 @@ pub mod __private {
     pub use std::sync::Arc;
     pub use std::time::Duration;
     pub use std::vec::Vec;
+
+    /// The actors of one group, as `launch` takes them.
+    ///
+    /// STUB for the `macros` branch only: the runtime's `Actors` (with `Actors::each`, the
+    /// actors built on their own threads) replaces it when the branches merge; `graph!`
+    /// codes against its API (`From<Vec<A>>`, `From<[A; N]>`, `len`).
+    pub struct Actors<A>(Vec<A>);
+
+    impl<A: Send + 'static> From<Vec<A>> for Actors<A> {
+        fn from(actors: Vec<A>) -> Self {
+            Self(actors)
+        }
+    }
+
+    impl<A: Send + 'static, const N: usize> From<[A; N]> for Actors<A> {
+        fn from(actors: [A; N]) -> Self {
+            Self(Vec::from(actors))
+        }
+    }
+
+    impl<A> Actors<A> {
+        /// The number of actors.
+        pub fn len(&self) -> usize {
+            self.0.len()
+        }
+
+        /// Whether there are none.
+        pub fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
+
+        /// STUB: what today's `Group::launch` takes.
+        pub fn into_vec(self) -> Vec<A> {
+            self.0
+        }
+    }
 
     /// Checks, at launch, that a rooted stage's root is a rank of its group.
     pub fn check_root(
@@ -59,6 +107,24 @@ pub mod __private {
                 stage,
                 root,
                 size,
+            })
+        }
+    }
+
+    /// Checks, at launch, that a group declared with a fixed size (`[Worker; 2]`) is given
+    /// that many actors.
+    pub fn check_fixed_size(
+        group: &'static str,
+        declared: usize,
+        given: usize,
+    ) -> Result<(), Error> {
+        if declared == given {
+            Ok(())
+        } else {
+            Err(Error::FixedSizeMismatch {
+                group,
+                declared,
+                given,
             })
         }
     }
@@ -126,6 +192,26 @@ pub mod __private {
         /// The type of field `I`.
         type Type;
     }
+
+    macro_rules! tuple {
+        ($n:literal, ($($all:ident),*)) => {
+            impl<$($all),*> Tuple for ($($all,)*) {
+                const FIELDS: usize = $n;
+            }
+        };
+    }
+    tuple!(1, (A));
+    tuple!(2, (A, B));
+    tuple!(3, (A, B, C));
+    tuple!(4, (A, B, C, D));
+    tuple!(5, (A, B, C, D, E));
+    tuple!(6, (A, B, C, D, E, F));
+    tuple!(7, (A, B, C, D, E, F, G));
+    tuple!(8, (A, B, C, D, E, F, G, H));
+    tuple!(9, (A, B, C, D, E, F, G, H, I));
+    tuple!(10, (A, B, C, D, E, F, G, H, I, J));
+    tuple!(11, (A, B, C, D, E, F, G, H, I, J, K));
+    tuple!(12, (A, B, C, D, E, F, G, H, I, J, K, L));
 
     macro_rules! field {
         ($i:tt, $t:ident, ($($all:ident),*)) => {

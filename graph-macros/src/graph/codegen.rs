@@ -6,16 +6,14 @@
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
-use super::ir::{Graph, OpKind, Place};
+use super::ir::{CheckKind, Graph, OpKind, Place};
 use super::ops::{CollectiveSpec, Kind, OpName, Root};
 use super::parse::GraphDef;
 use super::schedule::{self, Route, Schedule};
 use super::{dot, step};
 
-const RT: &str = "::actorgraph::__private";
-
 pub(super) fn rt() -> TokenStream {
-    RT.parse().unwrap_or_default()
+    crate::rt::path()
 }
 
 fn group_field(name: &Ident) -> Ident {
@@ -40,18 +38,23 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     });
 
     // launch
-    let group_params = g.groups.iter().map(|d| {
-        let (n, a) = (&d.name, &d.actor);
-        match &d.size {
-            Some((len, _)) => quote!(#n: [#a; #len]),
-            None => quote!(#n: #rt::Vec<#a>),
-        }
-    });
+    let group_params: Vec<TokenStream> = g
+        .groups
+        .iter()
+        .map(|d| launch_param(&d.name, Some(&d.actor)))
+        .collect();
     let group_names_launch = g.groups.iter().map(|d| &d.name);
-    let group_params2 = group_params.clone();
-    let to_vecs = g.groups.iter().filter(|d| d.size.is_some()).map(|d| {
+    let into_actors = g.groups.iter().map(|d| {
         let (n, a) = (&d.name, &d.actor);
-        quote!(let #n: #rt::Vec<#a> = #rt::Vec::from(#n);)
+        let s = n.to_string();
+        let fixed = d
+            .size
+            .as_ref()
+            .map(|(len, _)| quote!(#rt::check_fixed_size(#s, #len, #n.len())?;));
+        quote! {
+            let #n: #rt::Actors<#a> = ::core::convert::Into::into(#n);
+            #fixed
+        }
     });
     let checks = launch_checks(g, &groups, &sched);
     let links_ty = step::links_type(g, &sched);
@@ -81,7 +84,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             let #field = {
                 let __edges = ::core::clone::Clone::clone(&__edges);
                 #rt::Group::launch(
-                    #s, __options.in_flight_bound(), #n, &backend, &[#(#stages),*], #schedule, &__links,
+                    #s, __options.in_flight_bound(), #rt::Actors::into_vec(#n), &backend, &[#(#stages),*], #schedule, &__links,
                     move |__a, __c, __i| Self::#step::<__B::Comm>(__a, __c, __i, &__edges),
                 )?
             };
@@ -135,7 +138,12 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let assemble = assemble(g, &groups, &results);
     let out_ty = output_type(g);
 
-    // teardown
+    // teardown: hands actors back to this thread, so only here must they be `Send`
+    let actors_send = g.groups.iter().map(|d| {
+        let a = &d.actor;
+        quote!(for<'__a> #a: ::core::marker::Send)
+    });
+    let actors_send2 = actors_send.clone();
     let actor_vecs: Vec<TokenStream> = g
         .groups
         .iter()
@@ -178,26 +186,29 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     );
     let dot = dot::to_dot(g, &sched);
     let index_asserts = index_asserts(g);
+    let method_calls = method_calls(g);
 
-    let bounds = gather_bounds(g);
+    let value_checks = value_checks(g);
 
     quote! {
         #(#attrs)*
-        #vis struct #name #bounds {
+        #vis struct #name {
             #(#fields,)*
             /// Set while `execute` hands out inputs: still set at the next `execute` only if
             /// the last one unwound in between (some actors may have run it and others
             /// not), which breaks the graph.
-            __executing: bool,
+            __executing: ::core::primitive::bool,
             /// The executions in flight, their tickets and the results collected ahead.
             __pipeline: #rt::Pipeline<#rt::Vec<#out_ty>>,
         }
 
         #(#index_asserts)*
+        #(#method_calls)*
+        #(#value_checks)*
 
-        impl #name #bounds {
+        impl #name {
             /// The actor groups of this graph, in declaration order.
-            pub const GROUPS: &'static [&'static str] = &[#(#group_names),*];
+            pub const GROUPS: &'static [&'static ::core::primitive::str] = &[#(#group_names),*];
 
             #[doc = #launch_doc]
             ///
@@ -211,8 +222,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// Like `launch`, with options: `LaunchOptions::default().max_in_flight(4)` lets
             /// up to 4 executions be submitted (`submit`) before their results are read
             /// (`wait`); each actor gets an input and an output queue of that capacity.
-            pub fn launch_with<__B: #rt::Backend>(#(#group_params2,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
-                #(#to_vecs)*
+            pub fn launch_with<__B: #rt::Backend>(#(#group_params,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
+                #(#into_actors)*
                 #checks
                 let mut __links = #rt::Links::new();
                 #(#edges)*
@@ -302,7 +313,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             }
 
             /// The executions submitted whose results are neither read nor discarded yet.
-            pub fn in_flight(&self) -> usize {
+            pub fn in_flight(&self) -> ::core::primitive::usize {
                 self.__pipeline.in_flight()
             }
 
@@ -371,7 +382,10 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
 
             /// Stops the actor threads and hands the actors back, by rank, with their state;
             /// an error if any actor is not intact (poisoned, lost, or stuck in a method).
-            pub fn teardown(self) -> #rt::Result<#teardown_ty, #rt::Error> {
+            pub fn teardown(self) -> #rt::Result<#teardown_ty, #rt::Error>
+            where
+                #(#actors_send,)*
+            {
                 let Self { #(#field_names,)* .. } = self;
                 #(let #torn = #field_names.teardown();)*
                 #rt::Result::Ok(#teardown_val)
@@ -380,7 +394,10 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// Stops the actor threads and hands back, by rank, every actor that is intact
             /// and, for each other one, why not. Returns within a bounded time even if an
             /// actor is stuck in a method (its thread is then detached).
-            pub fn teardown_each(self) -> #each_ty {
+            pub fn teardown_each(self) -> #each_ty
+            where
+                #(#actors_send2,)*
+            {
                 let Self { #(#field_names,)* .. } = self;
                 #(let #torn = #field_names.teardown_each();)*
                 #each_val
@@ -450,6 +467,53 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
     }
 }
 
+/// A group's parameter of `launch`: its actors, as a `Vec`, an array or built on their
+/// own threads (`Actors::each`). Without a usable actor type (a graph with errors), any
+/// value.
+fn launch_param(name: &Ident, actor: Option<&syn::Type>) -> TokenStream {
+    let rt = rt();
+    match actor {
+        Some(a) => quote!(#name: impl ::core::convert::Into<#rt::Actors<#a>>),
+        None => quote!(#name: impl ::core::marker::Sized),
+    }
+}
+
+/// For each method call of the graph, `impl MethodCall<K> for Graph`: the method's
+/// `MethodId`, found at compile time by `method_index` in the one constant of that call.
+/// A method that does not exist, cannot be a node, or gets the wrong number of arguments
+/// fails that constant, at the user's `method(..)`, with a message that says which; every
+/// type derived from the call goes through this impl, so nothing else reports an error.
+fn method_calls(g: &Graph) -> Vec<TokenStream> {
+    let rt = rt();
+    let graph = &g.def.name;
+    g.ops
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OpKind::Call {
+                call,
+                method,
+                args,
+                parens,
+                ..
+            } => {
+                let decl = &g.groups[op.group()];
+                let (actor, text) = (&decl.actor, &decl.actor_text);
+                let (name, n) = (method.to_string(), args.len());
+                // The call's tokens span the user's `method(..)`, which rustc then shows.
+                let f = respan(quote!(#rt::method_index), method.span());
+                let f = quote!(#f::<#actor>);
+                let lookup = quote_spanned!(*parens=> #f(#text, #name, #n));
+                Some(quote! {
+                    impl #rt::MethodCall<#call> for #graph {
+                        type Method = #rt::MethodId<{ #lookup }>;
+                    }
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// For a group whose size is a constant but not a literal (`[Worker; N]`), an index it
 /// addresses is checked by the compiler: a failing `const` assertion at the user's index.
 fn index_asserts(g: &Graph) -> Vec<TokenStream> {
@@ -465,7 +529,7 @@ fn index_asserts(g: &Graph) -> Vec<TokenStream> {
                     "`{}[{k}]` is out of range: group `{}` has `{}` actors",
                     d.name,
                     d.name,
-                    super::dot::tidy(&quote!(#len).to_string())
+                    crate::diag::tidy(&quote!(#len).to_string())
                 );
                 quote_spanned!(span=> const _: () = ::core::assert!(#k < (#len), #msg);)
             })
@@ -473,35 +537,32 @@ fn index_asserts(g: &Graph) -> Vec<TokenStream> {
         .collect()
 }
 
-/// `where T: Gather, ..` for every value of an `allgather`, each predicate at the user's
-/// argument. The output type `<T as Gather>::Gathered` appears in the struct and in every
-/// signature; without the bound, a `T` that cannot be gathered would get an error at each
-/// of them. With it, rustc reports the unsatisfied bound once (the struct's and the impl's
-/// are identical diagnostics, deduplicated) and checks the rest assuming it.
-fn gather_bounds(g: &Graph) -> TokenStream {
-    let preds: Vec<TokenStream> = g
-        .ops
+/// `impl Checked<K> for Graph` for each value type the graph checks (see `ir::Check`):
+/// the type itself when it satisfies the bound, checked by a constant at the user's
+/// argument; when it does not, that constant fails with the bound's own message, and the
+/// type, with every type and call derived from it, is an error that reports nothing more.
+/// The graph's struct thus needs no `where` clause (which would make every
+/// `impl MethodCall<K> for Graph` report it again).
+fn value_checks(g: &Graph) -> Vec<TokenStream> {
+    let rt = rt();
+    let graph = &g.def.name;
+    g.checks
         .iter()
-        .filter_map(|op| match &op.kind {
-            OpKind::Collective {
-                spec,
-                args,
-                arg_spans,
-                ..
-            } if spec.kind == Kind::Gather => Some(args.iter().zip(arg_spans)),
-            _ => None,
+        .enumerate()
+        .map(|(k, c)| {
+            let ty = respan(c.ty.clone(), c.at);
+            let check = match c.kind {
+                CheckKind::Gather => quote!(#rt::gatherable::<#ty>()),
+                CheckKind::Fields(n) => quote!(#rt::destructures::<#ty>(#n)),
+            };
+            let check = respan(check, c.at);
+            quote! {
+                impl #rt::Checked<#k> for #graph {
+                    type Type = <#ty as #rt::Valid<{ #check }>>::Type;
+                }
+            }
         })
-        .flatten()
-        .map(|(&v, &span)| {
-            let ty = &g.values[v].ty;
-            respan(quote!(#ty: ::actorgraph::Gather), span)
-        })
-        .collect();
-    if preds.is_empty() {
-        quote!()
-    } else {
-        quote!(where #(#preds),*)
-    }
+        .collect()
 }
 
 /// `tokens` with every token located at `at` (keeping each token's hygiene), so that a
@@ -637,16 +698,25 @@ pub(super) fn at_user(ident: &Ident, at: Span) -> Ident {
     ident
 }
 
+/// A value that goes through a fused stage.
+pub(super) struct StageValue {
+    pub(super) ident: Ident,
+    /// The user's argument.
+    pub(super) span: Span,
+    /// For an `allgather`, the value's type once checked (see `checks`).
+    pub(super) checked: Option<TokenStream>,
+}
+
 /// One fused stage of a step: lay the values out, pack them, run the collective, and take
 /// the results. Every call that names a value is spanned at the user's argument and bound
 /// by the one trait this kind of collective needs, so that a value of a type that cannot go
-/// through it gets exactly one error, there.
+/// through it gets exactly one error, there. An `allgather` names the value's checked type,
+/// which is an error (and silent) when the check failed.
 pub(super) fn stage_code(
     kind: Kind,
     stage: usize,
     outs: &[&Ident],
-    vals: &[Ident],
-    spans: &[Span],
+    vals: &[StageValue],
     collective: &TokenStream,
     root: Option<&Root>,
 ) -> TokenStream {
@@ -654,14 +724,16 @@ pub(super) fn stage_code(
     let mut adds = Vec::new();
     let mut packs = Vec::new();
     let mut outputs = Vec::new();
-    for ((v, &s), i) in vals.iter().zip(spans).zip(idx) {
+    for (val, i) in vals.iter().zip(idx) {
+        let (v, s) = (&val.ident, val.span);
+        let ty = val.checked.as_ref().map(|t| quote!(::<#t>));
         // Every token of these calls carries the user's span: rustc puts a failed bound
         // at the method's name, and dedups identical bounds at one span into one error.
         let (add, pack) = match kind {
             Kind::InPlace | Kind::Rooted => (quote_spanned!(s=> add), quote_spanned!(s=> pack)),
             Kind::Gather => (
-                quote_spanned!(s=> fused().add_gather),
-                quote_spanned!(s=> pack_gather),
+                quote_spanned!(s=> fused().add_gather #ty),
+                quote_spanned!(s=> pack_gather #ty),
             ),
             Kind::Scatter => (
                 quote_spanned!(s=> fused().add_scatter),
@@ -672,7 +744,9 @@ pub(super) fn stage_code(
         packs.push(quote_spanned!(s=> __st.#pack(&#v, __slots.#i);));
         outputs.push(match (kind, root) {
             (Kind::InPlace, _) => quote_spanned!(s=> __st.output(&#v, __slots.#i)),
-            (Kind::Gather, _) => quote_spanned!(s=> __st.fused().output_gathered(&#v, __slots.#i)),
+            (Kind::Gather, _) => {
+                quote_spanned!(s=> __st.fused().output_gathered #ty(&#v, __slots.#i))
+            }
             (Kind::Scatter, _) => {
                 quote_spanned!(s=> __st.fused().output_scattered(&#v, __slots.#i))
             }
@@ -731,33 +805,62 @@ pub(super) fn collective_expr(
     }
 }
 
-/// What a graph with errors expands to: its struct with methods whose signatures accept
-/// whatever the caller does, so that the only errors shown are the graph's own.
+/// What a graph with errors expands to: its struct with every item of the real one, with
+/// signatures that accept whatever the caller does (an output type it infers, the actor
+/// types as declared), so that the only errors shown are the graph's own.
 pub(crate) fn fallback(def: &GraphDef) -> TokenStream {
     let rt = rt();
     let (attrs, vis, name) = (&def.attrs, &def.vis, &def.name);
-    let groups = def.params.iter().filter_map(|p| match &p.group {
-        Some((e, None)) => {
-            let n = &p.name;
-            Some(quote!(#n: #rt::Vec<#e>))
-        }
-        Some((e, Some(len))) => {
-            let n = &p.name;
-            Some(quote!(#n: [#e; #len]))
-        }
-        None => None,
-    });
+    let groups: Vec<(&Ident, Option<&syn::Type>)> = def
+        .params
+        .iter()
+        .filter_map(|p| {
+            let (actor, _) = p.group.as_ref()?;
+            Some((
+                &p.name,
+                matches!(actor, syn::Type::Path(_)).then_some(actor),
+            ))
+        })
+        .collect();
+    let group_params: Vec<TokenStream> = groups.iter().map(|&(n, a)| launch_param(n, a)).collect();
     let inputs: Vec<TokenStream> = def
         .params
         .iter()
-        .filter_map(|p| match &p.group {
-            Some(_) => None,
-            None => {
-                let (n, ty) = (&p.name, &p.ty);
-                Some(quote!(#n: #ty))
-            }
+        .filter(|p| p.group.is_none())
+        .map(|p| {
+            let (n, ty) = (&p.name, &p.ty);
+            quote!(#n: #ty)
         })
         .collect();
+    let group_names = groups.iter().map(|(n, _)| n.to_string());
+    // Teardown's types are known from the groups alone, so code that uses them infers.
+    let actor_ty = |a: Option<&syn::Type>| match a {
+        Some(a) => quote!(#a),
+        None => quote!(_),
+    };
+    let vecs: Vec<TokenStream> = groups
+        .iter()
+        .map(|&(_, a)| {
+            let a = actor_ty(a);
+            quote!(#rt::Vec<#a>)
+        })
+        .collect();
+    let eaches: Vec<TokenStream> = groups
+        .iter()
+        .map(|&(_, a)| {
+            let a = actor_ty(a);
+            quote!(#rt::Vec<#rt::Result<#a, #rt::Error>>)
+        })
+        .collect();
+    let all_known = groups.iter().all(|(_, a)| a.is_some());
+    let (torn, each) = match (vecs.len(), all_known) {
+        (1, true) => (vecs[0].clone(), eaches[0].clone()),
+        (_, true) => (quote!((#(#vecs),*)), quote!((#(#eaches),*))),
+        // `_` cannot be a return type: an unknown actor type leaves the caller to say.
+        (_, false) => (quote!(__T), quote!(__T)),
+    };
+    let generic = (!all_known).then(|| quote!(<__T>));
+    let out = quote!(#rt::Result<#rt::Vec<__O>, #rt::Error>);
     quote! {
         #(#attrs)*
         #vis struct #name {
@@ -767,23 +870,49 @@ pub(crate) fn fallback(def: &GraphDef) -> TokenStream {
         #[allow(unused_variables, clippy::all)]
         impl #name {
             /// Not available: the graph has errors.
-            pub fn launch<__B>(#(#groups,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
+            pub const GROUPS: &'static [&'static ::core::primitive::str] = &[#(#group_names),*];
+            /// Not available: the graph has errors.
+            pub fn launch<__B>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
                 ::core::unreachable!()
             }
             /// Not available: the graph has errors.
-            pub fn execute<__O>(&mut self, #(#inputs),*) -> #rt::Result<#rt::Vec<__O>, #rt::Error> {
+            pub fn launch_with<__B>(#(#group_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
                 ::core::unreachable!()
             }
             /// Not available: the graph has errors.
-            pub fn execute_timeout<__O>(&mut self, #(#inputs,)* timeout: #rt::Duration) -> #rt::Result<#rt::Vec<__O>, #rt::Error> {
+            pub fn execute<__O>(&mut self, #(#inputs),*) -> #out {
                 ::core::unreachable!()
             }
             /// Not available: the graph has errors.
-            pub fn teardown<__T>(self) -> #rt::Result<__T, #rt::Error> {
+            pub fn execute_timeout<__O>(&mut self, #(#inputs,)* timeout: #rt::Duration) -> #out {
                 ::core::unreachable!()
             }
             /// Not available: the graph has errors.
-            pub fn teardown_each<__T>(self) -> __T {
+            pub fn execute_async<__O: 'static>(&mut self, #(#inputs),*) -> impl ::core::future::Future<Output = #out> + '_ {
+                ::core::future::pending()
+            }
+            /// Not available: the graph has errors.
+            pub fn submit(&mut self, #(#inputs),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn wait<__O>(&mut self, ticket: #rt::Ticket) -> #out {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn wait_async<__O: 'static>(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #out> + '_ {
+                ::core::future::pending()
+            }
+            /// Not available: the graph has errors.
+            pub fn in_flight(&self) -> ::core::primitive::usize {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn teardown #generic (self) -> #rt::Result<#torn, #rt::Error> {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn teardown_each #generic (self) -> #each {
                 ::core::unreachable!()
             }
             /// Not available: the graph has errors.

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
-use super::codegen::{at_user, collective_expr, respan, rt, stage_code, GroupPlan};
+use super::codegen::{at_user, collective_expr, respan, rt, stage_code, GroupPlan, StageValue};
 use super::ir::{Graph, OpKind, Place, ValueId};
 use super::schedule::{Item, Route, Schedule};
 
@@ -124,7 +124,7 @@ impl Gen<'_> {
                         OpKind::Call { args, .. } => args.clone(),
                         OpKind::Collective { args, .. } => args.clone(),
                         OpKind::Tuple { parts } => parts.clone(),
-                        OpKind::Fields { src } => vec![*src],
+                        OpKind::Fields { src, .. } => vec![*src],
                     };
                     for v in reads {
                         if let Some(l) = self.arg_local(v, op.place) {
@@ -232,6 +232,7 @@ impl Gen<'_> {
         };
         match &op.kind {
             OpKind::Call {
+                call,
                 method,
                 args,
                 arg_spans,
@@ -239,7 +240,7 @@ impl Gen<'_> {
                 ..
             } => {
                 let decl = &g.groups[self.group];
-                let (actor, markers) = (&decl.actor, &decl.markers);
+                let (actor, graph) = (&decl.actor, &g.def.name);
                 // A single-actor value is taken out of its `Option` first, so that a type
                 // error on it reads as a plain mismatch at the user's argument.
                 let mut held = Vec::new();
@@ -269,7 +270,10 @@ impl Gen<'_> {
                 // A wrong argument count or type points at the user's `method(..)`.
                 let args = quote_spanned!(*parens=> (#(#args,)*));
                 let ctx = Ident::new("__ctx", Span::call_site().located_at(method.span()));
-                let call = quote_spanned!(method.span()=> call::<#actor, #markers::#method>);
+                // An unmet bound of the call (a by-value parameter that is not `Clone`) is
+                // reported at the user's method.
+                let actor = respan(quote!(#actor), method.span());
+                let call = quote_spanned!(method.span()=> call::<#actor, <#graph as #rt::MethodCall<#call>>::Method>);
                 let call_args = quote_spanned!(*parens=> (__actor, #args));
                 let call = quote!(#ctx.#call #call_args?);
                 match on_rank {
@@ -292,23 +296,24 @@ impl Gen<'_> {
                 stage,
                 span,
                 arg_spans,
+                checks,
             } => {
                 self.sync_point(quote!(#rt::SyncPoint::Stage(#stage)));
-                let vals: Vec<Ident> = args
+                let graph = &g.def.name;
+                let vals: Vec<StageValue> = args
                     .iter()
                     .zip(arg_spans)
-                    .map(|(&a, &s)| at_user(&self.borrow(Local::Value(a)), s))
+                    .enumerate()
+                    .map(|(i, (&a, &span))| StageValue {
+                        ident: at_user(&self.borrow(Local::Value(a)), span),
+                        span,
+                        checked: checks
+                            .get(i)
+                            .map(|k| quote!(<#graph as #rt::Checked<#k>>::Type)),
+                    })
                     .collect();
                 let collective = collective_expr(spec, reduce.as_ref(), root.as_ref(), *span);
-                stage_code(
-                    spec.kind,
-                    *stage,
-                    &outs,
-                    &vals,
-                    arg_spans,
-                    &collective,
-                    root.as_ref(),
-                )
+                stage_code(spec.kind, *stage, &outs, &vals, &collective, root.as_ref())
             }
             OpKind::Tuple { parts } => {
                 let at = Span::call_site();
@@ -335,8 +340,22 @@ impl Gen<'_> {
                     },
                 }
             }
-            OpKind::Fields { src } => {
+            OpKind::Fields { src, check } => {
                 let src = self.own(Local::Value(*src), Span::call_site());
+                // A checked value is named by its checked type, which is an error (and
+                // silent) when the check failed.
+                let src = match check {
+                    Some(k) => {
+                        let graph = &g.def.name;
+                        let ty = quote!(<#graph as #rt::Checked<#k>>::Type);
+                        let ty = match on_rank {
+                            None => ty,
+                            Some(_) => quote!(#rt::Option<#ty>),
+                        };
+                        quote!(#rt::checked::<#ty>(#src))
+                    }
+                    None => src,
+                };
                 match on_rank {
                     None => quote!(let (#(#outs,)*) = #src;),
                     Some(_) => {
