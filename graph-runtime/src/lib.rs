@@ -30,8 +30,9 @@ pub use half;
 // that rustc writes them `actorgraph::MethodCall` rather than through `__private`.
 #[doc(hidden)]
 pub use __private::{
-    clone_value, destructures, gatherable, method_index, Actor, Checked, EdgeValue, Fallible,
-    FusedStage, Method, MethodCall, MethodId, Signature, Stage, StepCtx, Tuple, TupleField, Valid,
+    clone_value, destructures, gatherable, input, method_index, sendable, Actor, Checked,
+    EdgeValue, Fallible, Fields, FusedStage, Input, Method, MethodCall, MethodId, Sendable,
+    Signature, Stage, StepCtx, TupleField, Valid,
 };
 
 /// Items the generated code uses. Not a public API: it changes without notice.
@@ -44,8 +45,8 @@ pub mod __private {
         StepFn, SyncPoint, Ticket,
     };
     pub use crate::method::{
-        checked, destructures, gatherable, method_index, Actor, Checked, Fallible, Method,
-        MethodCall, MethodId, MethodInfo, Signature, Tuple, Valid,
+        checked, destructures, gatherable, input, method_index, sendable, Actor, Checked, Fallible,
+        Fields, Input, Method, MethodCall, MethodId, MethodInfo, Sendable, Signature, Valid,
     };
     pub use crate::{BoxError, Bucketable, Error, Gather};
     pub use std::marker::PhantomData;
@@ -193,25 +194,23 @@ pub mod __private {
         type Type;
     }
 
-    macro_rules! tuple {
+    macro_rules! fields {
         ($n:literal, ($($all:ident),*)) => {
-            impl<$($all),*> Tuple for ($($all,)*) {
-                const FIELDS: usize = $n;
-            }
+            impl<$($all),*> Fields<$n> for ($($all,)*) {}
         };
     }
-    tuple!(1, (A));
-    tuple!(2, (A, B));
-    tuple!(3, (A, B, C));
-    tuple!(4, (A, B, C, D));
-    tuple!(5, (A, B, C, D, E));
-    tuple!(6, (A, B, C, D, E, F));
-    tuple!(7, (A, B, C, D, E, F, G));
-    tuple!(8, (A, B, C, D, E, F, G, H));
-    tuple!(9, (A, B, C, D, E, F, G, H, I));
-    tuple!(10, (A, B, C, D, E, F, G, H, I, J));
-    tuple!(11, (A, B, C, D, E, F, G, H, I, J, K));
-    tuple!(12, (A, B, C, D, E, F, G, H, I, J, K, L));
+    fields!(1, (A));
+    fields!(2, (A, B));
+    fields!(3, (A, B, C));
+    fields!(4, (A, B, C, D));
+    fields!(5, (A, B, C, D, E));
+    fields!(6, (A, B, C, D, E, F));
+    fields!(7, (A, B, C, D, E, F, G));
+    fields!(8, (A, B, C, D, E, F, G, H));
+    fields!(9, (A, B, C, D, E, F, G, H, I));
+    fields!(10, (A, B, C, D, E, F, G, H, I, J));
+    fields!(11, (A, B, C, D, E, F, G, H, I, J, K));
+    fields!(12, (A, B, C, D, E, F, G, H, I, J, K, L));
 
     macro_rules! field {
         ($i:tt, $t:ident, ($($all:ident),*)) => {

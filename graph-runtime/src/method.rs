@@ -90,7 +90,11 @@ pub trait Method<M>: Signature<M> {
     /// The method's name, for error messages.
     const NAME: &'static str;
     /// Calls the method; a fallible method's `Err` comes back boxed.
-    fn call(&mut self, args: Self::Args<'_>) -> Result<Self::Output, BoxError>;
+    // `Self: 'a` is written out (not implied by an elided lifetime) so that an impl for a
+    // generic type whose parameters are not `'static` (`Model<B>`) can name `Args<'a>`.
+    fn call<'a>(&mut self, args: Self::Args<'a>) -> Result<Self::Output, BoxError>
+    where
+        Self: 'a;
 }
 
 /// The result of a fallible method (`Result<T, E>`, also under an alias such as
@@ -168,12 +172,16 @@ pub const fn method_index<A: Actor + ?Sized>(actor: &str, method: &str, args: us
     panic!("{}", msg.as_str());
 }
 
-/// The `K`-th value type a graph checks against a bound in a constant (so far: each value
-/// an `allgather` takes, against [`Gather`]): `graph!` implements it as
+/// The `K`-th value type a graph checks against a bound in a constant (a graph input, a
+/// value that leaves its actor, a value an `allgather` takes, a tuple it takes apart):
+/// `graph!` implements it as
 /// `<T as Valid<{ gatherable::<T>() }>>::Type`, which is `T` when the bound holds. When it
 /// does not, the constant fails with the bound's own message, at the user's argument, and
 /// every type derived from it is an error that reports nothing more.
-pub trait Checked<const K: usize> {
+///
+/// `P` is only there for privacy: the tuple of the types the graph's declaration names,
+/// so that an impl is no more public than they are.
+pub trait Checked<const K: usize, P: ?Sized> {
     /// The checked type.
     type Type: ?Sized;
 }
@@ -188,36 +196,53 @@ impl<T: ?Sized> Valid<true> for T {
     type Type = T;
 }
 
+/// A value that leaves its actor's thread: a graph's output, or a value sent to other
+/// actors. Implemented for every `Send + 'static` type; it exists for its error message.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot leave its actor: it is not `Send`",
+    label = "this value goes to another thread",
+    note = "a graph's output goes back to the caller, and a value that other actors read goes to their threads; a value used only on its own actor need not be `Send`"
+)]
+pub trait Sendable: Send + 'static {}
+
+impl<T: Send + 'static> Sendable for T {}
+
+/// The check of a value that leaves its actor (see [`Checked`]).
+pub const fn sendable<T: Sendable>() -> bool {
+    true
+}
+
+/// What a graph input needs: every actor that reads it gets a clone, on its own thread.
+/// Implemented for every `Clone + Send + 'static` type; it exists for its error message.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a graph input: it must be `Clone + Send + 'static`",
+    label = "every actor that reads this input gets a clone of it, on its own thread",
+    note = "a `Tensor` clone copies no data"
+)]
+pub trait Input: Clone + Send + 'static {}
+
+impl<T: Clone + Send + 'static> Input for T {}
+
+/// The check of a graph input's type (see [`Checked`]).
+pub const fn input<T: Input>() -> bool {
+    true
+}
+
 /// The check of a value an `allgather` takes (see [`Checked`]).
 pub const fn gatherable<T: Gather>() -> bool {
     true
 }
 
-/// A tuple of [`Tuple::FIELDS`] values, which a graph may destructure.
+/// A tuple of `N` fields, which a graph may take apart into `N` names.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a tuple, so a graph cannot take it apart",
-    label = "this pattern takes apart a tuple",
-    note = "bind the value to one name instead: `let x = ..`"
+    message = "`{Self}` cannot be taken apart into {N} names",
+    label = "this pattern takes apart a tuple of {N} fields",
+    note = "a pattern `let (a, b, ..) = ` takes apart a tuple of as many fields as it has names; bind any other value to one name: `let x = ..`"
 )]
-pub trait Tuple {
-    /// The number of fields.
-    const FIELDS: usize;
-}
+pub trait Fields<const N: usize> {}
 
-/// The check of a value a graph destructures into `names` names (see [`Checked`]).
-///
-/// # Panics
-/// When `T` does not have `names` fields, with a message that says so (a compile error
-/// at the user's pattern).
-pub const fn destructures<T: Tuple + ?Sized>(names: usize) -> bool {
-    if T::FIELDS != names {
-        let mut msg = Msg::new();
-        msg.push("this pattern has ");
-        msg.push_count(names, "name");
-        msg.push(" but the value is a tuple of ");
-        msg.push_count(T::FIELDS, "field");
-        panic!("{}", msg.as_str());
-    }
+/// The check of a value a graph takes apart into `N` names (see [`Checked`]).
+pub const fn destructures<T: Fields<N>, const N: usize>() -> bool {
     true
 }
 
@@ -407,17 +432,6 @@ mod tests {
         assert_eq!(
             panic_message(|| method_index::<Worker>("Worker", "tick", 1)),
             "`Worker::tick` takes no arguments but the graph passes 1"
-        );
-    }
-
-    #[test]
-    fn a_destructuring_checks_the_number_of_fields() {
-        assert!(destructures::<(u8, u8, u8)>(3));
-        let msg = std::panic::catch_unwind(|| destructures::<(u8, u8, u8)>(2))
-            .expect_err("2 names for 3 fields");
-        assert_eq!(
-            msg.downcast_ref::<String>().map(String::as_str),
-            Some("this pattern has 2 names but the value is a tuple of 3 fields")
         );
     }
 

@@ -54,10 +54,13 @@ pub(crate) fn expand(actor: &Actor) -> TokenStream {
             {
                 const NAME: &'static ::core::primitive::str = #name;
                 #[inline]
-                fn call(
+                fn call<#lt>(
                     &mut self,
-                    (#(#bindings,)*): <Self as #rt::Signature<#id>>::Args<'_>,
-                ) -> ::core::result::Result<<Self as #rt::Signature<#id>>::Output, #rt::BoxError> {
+                    (#(#bindings,)*): <Self as #rt::Signature<#id>>::Args<#lt>,
+                ) -> ::core::result::Result<<Self as #rt::Signature<#id>>::Output, #rt::BoxError>
+                where
+                    Self: #lt,
+                {
                     #body
                 }
             }

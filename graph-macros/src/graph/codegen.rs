@@ -4,9 +4,9 @@
 //! fixed here.
 
 use proc_macro2::{Ident, Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
 
-use super::ir::{CheckKind, Graph, OpKind, Place};
+use super::ir::{checked_type, Check, CheckKind, Graph, OpKind, Place};
 use super::ops::{CollectiveSpec, Kind, OpName, Root};
 use super::parse::GraphDef;
 use super::schedule::{self, Route, Schedule};
@@ -32,7 +32,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let fields = groups.iter().map(|p| {
         let field = group_field(&g.groups[p.index].name);
         let actor = &g.groups[p.index].actor;
-        let in_tys = p.inputs.iter().map(|&i| &g.inputs[i].ty);
+        let in_tys = p.inputs.iter().map(|&i| &g.inputs[i].checked);
         let out_ty = &p.out_ty;
         quote!(#field: #rt::Group<#actor, (#(#in_tys,)*), #out_ty>)
     });
@@ -59,7 +59,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let checks = launch_checks(g, &groups, &sched);
     let links_ty = step::links_type(g, &sched);
     let edges = sched.edges.iter().enumerate().map(|(e, edge)| {
-        let ty = &g.values[edge.value].ty;
+        let ty = edge_type(g, e);
         let value = &g.values[edge.value].label;
         let from = g.groups[edge.from.group().unwrap_or(0)].name.to_string();
         let to = &g.groups[edge.to.group().unwrap_or(0)].name;
@@ -188,7 +188,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let index_asserts = index_asserts(g);
     let method_calls = method_calls(g);
 
-    let value_checks = value_checks(g);
+    let value_checks = value_checks(g, &sched);
 
     quote! {
         #(#attrs)*
@@ -216,7 +216,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// another reads differ in size, if the graph addresses an actor a group does
             /// not have, or if the backend cannot connect the actors.
             pub fn launch<__B: #rt::Backend>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
-                Self::launch_with(#(#group_names_launch,)* backend, #rt::LaunchOptions::default())
+                Self::launch_with(#(#group_names_launch,)* backend, <#rt::LaunchOptions as ::core::default::Default>::default())
             }
 
             /// Like `launch`, with options: `LaunchOptions::default().max_in_flight(4)` lets
@@ -408,7 +408,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// between them; values that cross between actors are drawn bold and say which
             /// ranks they connect. Render it with `dot -Tsvg`.
             pub fn to_dot() -> #rt::String {
-                #rt::String::from(#dot)
+                <#rt::String as ::core::convert::From<&'static ::core::primitive::str>>::from(#dot)
             }
 
             #(#steps)*
@@ -473,7 +473,13 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
 fn launch_param(name: &Ident, actor: Option<&syn::Type>) -> TokenStream {
     let rt = rt();
     match actor {
-        Some(a) => quote!(#name: impl ::core::convert::Into<#rt::Actors<#a>>),
+        Some(a) => {
+            // An unmet bound (ready actors that are not `Send`) names the group's type.
+            let at = a.to_token_stream().into_iter().next().map(|t| t.span());
+            let bound = quote!(impl ::core::convert::Into<#rt::Actors<#a>>);
+            let bound = at.map_or_else(|| bound.clone(), |at| respan(bound.clone(), at));
+            quote!(#name: #bound)
+        }
         None => quote!(#name: impl ::core::marker::Sized),
     }
 }
@@ -543,26 +549,42 @@ fn index_asserts(g: &Graph) -> Vec<TokenStream> {
 /// type, with every type and call derived from it, is an error that reports nothing more.
 /// The graph's struct thus needs no `where` clause (which would make every
 /// `impl MethodCall<K> for Graph` report it again).
-fn value_checks(g: &Graph) -> Vec<TokenStream> {
+fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
     let rt = rt();
-    let graph = &g.def.name;
+    let (graph, privacy) = (&g.def.name, &g.privacy);
+    // Each value sent over an edge leaves its actor's thread: its type is checked `Send`,
+    // after the graph's own checks (see `edge_type`).
+    let edges = sched.edges.iter().map(|e| Check {
+        ty: g.values[e.value].ty.clone(),
+        at: e.span,
+        kind: CheckKind::Send,
+    });
+    let edges: Vec<Check> = edges.collect();
     g.checks
         .iter()
+        .chain(&edges)
         .enumerate()
         .map(|(k, c)| {
             let ty = respan(c.ty.clone(), c.at);
             let check = match c.kind {
                 CheckKind::Gather => quote!(#rt::gatherable::<#ty>()),
-                CheckKind::Fields(n) => quote!(#rt::destructures::<#ty>(#n)),
+                CheckKind::Send => quote!(#rt::sendable::<#ty>()),
+                CheckKind::Input => quote!(#rt::input::<#ty>()),
+                CheckKind::Fields(n) => quote!(#rt::destructures::<#ty, #n>()),
             };
             let check = respan(check, c.at);
             quote! {
-                impl #rt::Checked<#k> for #graph {
+                impl #rt::Checked<#k, #privacy> for #graph {
                     type Type = <#ty as #rt::Valid<{ #check }>>::Type;
                 }
             }
         })
         .collect()
+}
+
+/// The type of the values on edge `e`: checked `Send` (see `value_checks`).
+pub(super) fn edge_type(g: &Graph, e: usize) -> TokenStream {
+    checked_type(&g.def.name, &g.privacy, g.checks.len() + e)
 }
 
 /// `tokens` with every token located at `at` (keeping each token's hygiene), so that a
@@ -587,7 +609,7 @@ pub(super) fn respan(tokens: TokenStream, at: Span) -> TokenStream {
 /// only.
 fn part_type(g: &Graph, k: usize) -> TokenStream {
     let v = &g.values[g.output.parts[k]];
-    let ty = &v.ty;
+    let ty = &g.output.tys[k];
     match v.place {
         Place::Actor(..) => quote!(::core::option::Option<#ty>),
         _ => quote!(#ty),
@@ -612,7 +634,8 @@ fn assemble(g: &Graph, groups: &[GroupPlan], results: &[Ident]) -> TokenStream {
         let r = &results[contributing[0].index];
         return quote!(#rt::Result::Ok(#r));
     }
-    // Zip the groups' per-rank tuples and put the parts back in output order.
+    // Zip the groups' per-rank tuples and put the parts back in output order (traits
+    // named in full: the user's module may have no prelude).
     let part_ident = |k: usize| format_ident!("__out{}", k);
     let mut iter = quote!();
     let mut pat = quote!();
@@ -621,15 +644,15 @@ fn assemble(g: &Graph, groups: &[GroupPlan], results: &[Ident]) -> TokenStream {
         let parts = p.out_parts.iter().map(|&k| part_ident(k));
         let this = quote!((#(#parts,)*));
         if n == 0 {
-            iter = quote!(#r.into_iter());
+            iter = quote!(::core::iter::IntoIterator::into_iter(#r));
             pat = this;
         } else {
-            iter = quote!(#iter.zip(#r));
+            iter = quote!(::core::iter::Iterator::zip(#iter, #r));
             pat = quote!((#pat, #this));
         }
     }
     let all = (0..g.output.parts.len()).map(part_ident);
-    quote!(#rt::Result::Ok(#iter.map(|#pat| (#(#all,)*)).collect()))
+    quote!(#rt::Result::Ok(::core::iter::Iterator::collect(::core::iter::Iterator::map(#iter, |#pat| (#(#all,)*)))))
 }
 
 /// What one group runs and returns.

@@ -28,6 +28,28 @@ pub(crate) struct Graph<'a> {
     pub(crate) output: Output,
     /// Value types checked in a constant of the graph (`Checked<K>`, see codegen).
     pub(crate) checks: Vec<Check>,
+    /// The second parameter of the graph's `Checked` impls (see `checked_type`).
+    pub(crate) privacy: TokenStream,
+}
+
+/// `<Graph as Checked<K, P>>::Type`: the type of check `k`. `P` is the tuple of every
+/// type the graph's declaration names (its actor and input types), which makes the
+/// `Checked` impls no more public than the least public of them: their associated types
+/// name those types, and a public graph over a private actor type must still compile.
+pub(crate) fn checked_type(graph: &Ident, privacy: &TokenStream, k: usize) -> TokenStream {
+    let rt = rt::path();
+    quote!(<#graph as #rt::Checked<#k, #privacy>>::Type)
+}
+
+/// The types a graph's declaration names, as a tuple of pointers to them (well-formed
+/// whatever they are; see `checked_type`).
+fn privacy(def: &GraphDef) -> TokenStream {
+    let tys = def.params.iter().filter_map(|p| match &p.group {
+        Some((actor @ syn::Type::Path(_), _)) => Some(actor),
+        Some(_) => None,
+        None => Some(&p.ty),
+    });
+    quote!((#(*const #tys,)*))
 }
 
 /// A value type that must satisfy a bound, checked once, at the user's `at`.
@@ -40,6 +62,10 @@ pub(crate) struct Check {
 pub(crate) enum CheckKind {
     /// An `allgather` takes it: `Gather`.
     Gather,
+    /// It leaves its actor's thread (an output, a value sent to other actors): `Send`.
+    Send,
+    /// A graph input, cloned for every actor that reads it: `Clone + Send + 'static`.
+    Input,
     /// `let (a, b, ..) = ` takes it apart: a tuple of that many fields.
     Fields(usize),
 }
@@ -64,6 +90,8 @@ pub(crate) struct GroupDecl {
 pub(crate) struct InputDecl {
     pub(crate) name: Ident,
     pub(crate) ty: syn::Type,
+    /// `ty`, checked to be a valid input (`Clone + Send + 'static`): what the actors get.
+    pub(crate) checked: TokenStream,
     pub(crate) value: ValueId,
 }
 
@@ -148,6 +176,8 @@ pub(crate) enum OpKind {
 
 pub(crate) struct Output {
     pub(crate) parts: Vec<ValueId>,
+    /// Each part's type, checked `Send` (it goes back to the caller's thread).
+    pub(crate) tys: Vec<TokenStream>,
     pub(crate) tuple: bool,
 }
 
@@ -181,6 +211,7 @@ struct Lowerer<'d> {
     graph: &'d Ident,
     calls: usize,
     checks: Vec<Check>,
+    privacy: TokenStream,
 }
 
 pub(crate) fn lower<'a>(def: &'a GraphDef, diag: &mut Diag) -> Option<Graph<'a>> {
@@ -188,6 +219,7 @@ pub(crate) fn lower<'a>(def: &'a GraphDef, diag: &mut Diag) -> Option<Graph<'a>>
         graph: &def.name,
         calls: 0,
         checks: Vec::new(),
+        privacy: privacy(def),
         diag,
         groups: Vec::new(),
         inputs: Vec::new(),
@@ -215,6 +247,7 @@ pub(crate) fn lower<'a>(def: &'a GraphDef, diag: &mut Diag) -> Option<Graph<'a>>
         ops: l.ops,
         output,
         checks: l.checks,
+        privacy: l.privacy,
     })
 }
 
@@ -291,9 +324,11 @@ impl Lowerer<'_> {
                         Place::Input,
                         quote!(#ty),
                     );
+                    let k = self.check(quote!(#ty), ty.span(), CheckKind::Input);
                     self.inputs.push(InputDecl {
                         name: p.name.clone(),
                         ty: ty.clone(),
+                        checked: checked_type(self.graph, &self.privacy, k),
                         value: v,
                     });
                     self.declare(&p.name, Binding::Value(v));
@@ -529,11 +564,9 @@ impl Lowerer<'_> {
             }
             None => {
                 let k = self.check(src_ty, pat.span(), CheckKind::Fields(n));
-                let (rt, graph) = (rt::path(), self.graph);
+                let (rt, checked) = (rt::path(), checked_type(self.graph, &self.privacy, k));
                 let tys = (0..n)
-                    .map(|i| {
-                        quote!(<<#graph as #rt::Checked<#k>>::Type as #rt::TupleField<#i>>::Type)
-                    })
+                    .map(|i| quote!(<#checked as #rt::TupleField<#i>>::Type))
                     .collect();
                 (tys, Some(k))
             }
@@ -560,8 +593,15 @@ impl Lowerer<'_> {
             Lowered::One(v) => (vec![v], false),
             Lowered::Parts(p) => (p, true),
         };
+        let spans: Vec<Span> = match e {
+            syn::Expr::Tuple(t) if t.elems.len() == parts.len() => {
+                t.elems.iter().map(|e| e.span()).collect()
+            }
+            _ => vec![e.span(); parts.len()],
+        };
         let mut ok = true;
-        for &p in &parts {
+        let mut tys = Vec::new();
+        for (&p, &at) in parts.iter().zip(&spans) {
             if self.values[p].place == Place::Input {
                 let name = &self.values[p].ident;
                 self.diag.error(
@@ -572,8 +612,10 @@ impl Lowerer<'_> {
                 );
                 ok = false;
             }
+            let k = self.check(self.values[p].ty.clone(), at, CheckKind::Send);
+            tys.push(checked_type(self.graph, &self.privacy, k));
         }
-        ok.then_some(Output { parts, tuple })
+        ok.then_some(Output { parts, tys, tuple })
     }
 
     fn expr(&mut self, e: &syn::Expr) -> Option<Lowered> {
@@ -911,8 +953,9 @@ impl Lowerer<'_> {
             .map(|(i, (&v, e))| {
                 let ty = match checks.get(i) {
                     Some(&k) => {
-                        let (rt, graph) = (rt::path(), self.graph);
-                        quote_spanned!(e.span()=> <<#graph as #rt::Checked<#k>>::Type as #rt::Gather>::Gathered)
+                        let (rt, checked) =
+                            (rt::path(), checked_type(self.graph, &self.privacy, k));
+                        quote_spanned!(e.span()=> <#checked as #rt::Gather>::Gathered)
                     }
                     None => output_type(spec.kind, &self.values[v].ty),
                 };

@@ -12,8 +12,10 @@ use std::collections::HashMap;
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
-use super::codegen::{at_user, collective_expr, respan, rt, stage_code, GroupPlan, StageValue};
-use super::ir::{Graph, OpKind, Place, ValueId};
+use super::codegen::{
+    at_user, collective_expr, edge_type, respan, rt, stage_code, GroupPlan, StageValue,
+};
+use super::ir::{checked_type, Graph, OpKind, Place, ValueId};
 use super::schedule::{Item, Route, Schedule};
 
 /// A local of the generated step.
@@ -38,7 +40,7 @@ pub(crate) fn name(g: &Graph, group: usize) -> Ident {
 /// edge index.
 pub(crate) fn links_type(g: &Graph, sched: &Schedule) -> TokenStream {
     let rt = rt();
-    let tys = sched.edges.iter().map(|e| &g.values[e.value].ty);
+    let tys = (0..sched.edges.len()).map(|e| edge_type(g, e));
     quote!((#(#rt::Arc<#rt::Edge<#tys>>,)*))
 }
 
@@ -73,12 +75,11 @@ pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStrea
     let decl = &g.groups[p.index];
     let actor = &decl.actor;
     let step = name(g, p.index);
-    let in_tys: Vec<&syn::Type> = p.inputs.iter().map(|&i| &g.inputs[i].ty).collect();
+    let in_tys: Vec<&TokenStream> = p.inputs.iter().map(|&i| &g.inputs[i].checked).collect();
     let bind_inputs = p.inputs.iter().enumerate().map(|(k, &i)| {
-        let inp = &g.inputs[i];
-        let (n, t) = (&inp.name, &inp.ty);
+        let n = &g.inputs[i].name;
         let k = syn::Index::from(k);
-        quote!(let #n: &#t = &__inputs.#k;)
+        quote!(let #n = &__inputs.#k;)
     });
     let links = links_type(g, sched);
     let out_ty = &p.out_ty;
@@ -299,7 +300,6 @@ impl Gen<'_> {
                 checks,
             } => {
                 self.sync_point(quote!(#rt::SyncPoint::Stage(#stage)));
-                let graph = &g.def.name;
                 let vals: Vec<StageValue> = args
                     .iter()
                     .zip(arg_spans)
@@ -309,7 +309,7 @@ impl Gen<'_> {
                         span,
                         checked: checks
                             .get(i)
-                            .map(|k| quote!(<#graph as #rt::Checked<#k>>::Type)),
+                            .map(|&k| checked_type(&g.def.name, &g.privacy, k)),
                     })
                     .collect();
                 let collective = collective_expr(spec, reduce.as_ref(), root.as_ref(), *span);
@@ -346,8 +346,7 @@ impl Gen<'_> {
                 // silent) when the check failed.
                 let src = match check {
                     Some(k) => {
-                        let graph = &g.def.name;
-                        let ty = quote!(<#graph as #rt::Checked<#k>>::Type);
+                        let ty = checked_type(&g.def.name, &g.privacy, *k);
                         let ty = match on_rank {
                             None => ty,
                             Some(_) => quote!(#rt::Option<#ty>),
@@ -391,9 +390,12 @@ impl Gen<'_> {
         // function named at the user's argument gives the one error, there (rustc merges
         // it with the same error of `own_held`).
         let clone_fn = respan(quote!(, #rt::clone_value), span);
+        // The edge's type is checked `Send`: named here, so that when the check failed
+        // the send is an error type too, and silent.
+        let ty = edge_type(self.g, e);
         let (send, clone_fn) = match edge.route {
-            Route::Fan { .. } => (quote!(send_each), clone_fn),
-            _ => (quote!(send), quote!()),
+            Route::Fan { .. } => (quote!(send_each::<#ty>), clone_fn),
+            _ => (quote!(send::<#ty>), quote!()),
         };
         // Every actor of the group sends on a zip edge; on the others, only the one that
         // holds the value (a single-actor value, or the rank a single actor reads).
@@ -418,7 +420,8 @@ impl Gen<'_> {
         let at = self.sync_point(quote!(#rt::SyncPoint::Recv(#e)));
         let idx = syn::Index::from(e);
         let landed = self.ident(Local::Landed(e));
-        let recv = quote!(__ctx.recv(#at, &*__links.#idx)?);
+        let ty = edge_type(self.g, e);
+        let recv = quote!(__ctx.recv::<#ty>(#at, &*__links.#idx)?);
         match (edge.route, edge.to) {
             (
                 Route::Fan {
