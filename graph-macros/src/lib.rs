@@ -12,7 +12,8 @@ use proc_macro::TokenStream;
 /// Makes the methods of an inherent `impl` block (generic or not) callable from a
 /// `graph!`: each method that takes `&self` or `&mut self` and plain arguments becomes a
 /// graph node; the others stay ordinary methods, and a graph that calls one gets an error
-/// saying why it cannot.
+/// saying why it cannot be a node. The rules are in the `actorgraph` crate docs
+/// ("Actors").
 #[proc_macro_attribute]
 pub fn actor(attr: TokenStream, item: TokenStream) -> TokenStream {
     actor::expand(attr.into(), item.into()).into()

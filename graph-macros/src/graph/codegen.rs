@@ -892,7 +892,7 @@ pub(crate) fn fallback(def: &GraphDef) -> TokenStream {
 
         #[allow(unused_variables, clippy::all)]
         impl #name {
-            /// Not available: the graph has errors.
+            /// The actor groups of this graph, in declaration order.
             pub const GROUPS: &'static [&'static ::core::primitive::str] = &[#(#group_names),*];
             /// Not available: the graph has errors.
             pub fn launch<__B>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
