@@ -477,7 +477,10 @@ fn launch_param(name: &Ident, actor: Option<&syn::Type>) -> TokenStream {
             // An unmet bound (ready actors that are not `Send`) names the group's type.
             let at = a.to_token_stream().into_iter().next().map(|t| t.span());
             let bound = quote!(impl ::core::convert::Into<#rt::Actors<#a>>);
-            let bound = at.map_or_else(|| bound.clone(), |at| respan(bound.clone(), at));
+            let bound = match at {
+                Some(at) => respan(bound, at),
+                None => bound,
+            };
             quote!(#name: #bound)
         }
         None => quote!(#name: impl ::core::marker::Sized),
@@ -543,7 +546,8 @@ fn index_asserts(g: &Graph) -> Vec<TokenStream> {
         .collect()
 }
 
-/// `impl Checked<K> for Graph` for each value type the graph checks (see `ir::Check`):
+/// `impl Checked<K, P> for Graph` for each value type the graph checks (see `ir::Check`,
+/// `ir::checked_type`), then for each edge's value (checked `Send`):
 /// the type itself when it satisfies the bound, checked by a constant at the user's
 /// argument; when it does not, that constant fails with the bound's own message, and the
 /// type, with every type and call derived from it, is an error that reports nothing more.
@@ -565,14 +569,24 @@ fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
         .chain(&edges)
         .enumerate()
         .map(|(k, c)| {
-            let ty = respan(c.ty.clone(), c.at);
+            // The check, and the type as a whole, at the user's token; the type's own
+            // tokens keep their spans, so an error in them (an unknown type) is reported
+            // once, where it is written.
+            let at = c.at;
+            let ty = respan_ends(c.ty.clone(), at);
+            let f = respan(
+                match c.kind {
+                    CheckKind::Gather => quote!(#rt::gatherable),
+                    CheckKind::Send => quote!(#rt::sendable),
+                    CheckKind::Input => quote!(#rt::input),
+                    CheckKind::Fields(_) => quote!(#rt::destructures),
+                },
+                at,
+            );
             let check = match c.kind {
-                CheckKind::Gather => quote!(#rt::gatherable::<#ty>()),
-                CheckKind::Send => quote!(#rt::sendable::<#ty>()),
-                CheckKind::Input => quote!(#rt::input::<#ty>()),
-                CheckKind::Fields(n) => quote!(#rt::destructures::<#ty, #n>()),
+                CheckKind::Fields(n) => quote_spanned!(at=> #f::<#ty, #n>()),
+                _ => quote_spanned!(at=> #f::<#ty>()),
             };
-            let check = respan(check, c.at);
             quote! {
                 impl #rt::Checked<#k, #privacy> for #graph {
                     type Type = <#ty as #rt::Valid<{ #check }>>::Type;
@@ -603,6 +617,19 @@ pub(super) fn respan(tokens: TokenStream, at: Span) -> TokenStream {
             tt
         })
         .collect()
+}
+
+/// `tokens` with its first and last token located at `at`: a type so changed spans `at`
+/// as a whole in diagnostics, while the tokens inside keep their own spans.
+fn respan_ends(tokens: TokenStream, at: Span) -> TokenStream {
+    let mut tts: Vec<proc_macro2::TokenTree> = tokens.into_iter().collect();
+    let last = tts.len().saturating_sub(1);
+    for i in [0, last] {
+        if let Some(tt) = tts.get_mut(i) {
+            tt.set_span(tt.span().located_at(at));
+        }
+    }
+    tts.into_iter().collect()
 }
 
 /// The type of one output part on one rank: a value of one actor is `Some` on that rank
@@ -726,7 +753,7 @@ pub(super) struct StageValue {
     pub(super) ident: Ident,
     /// The user's argument.
     pub(super) span: Span,
-    /// For an `allgather`, the value's type once checked (see `checks`).
+    /// For an `allgather`, the value's type once checked (see `value_checks`).
     pub(super) checked: Option<TokenStream>,
 }
 

@@ -240,8 +240,7 @@ impl Gen<'_> {
                 parens,
                 ..
             } => {
-                let decl = &g.groups[self.group];
-                let (actor, graph) = (&decl.actor, &g.def.name);
+                let graph = &g.def.name;
                 // A single-actor value is taken out of its `Option` first, so that a type
                 // error on it reads as a plain mismatch at the user's argument.
                 let mut held = Vec::new();
@@ -271,10 +270,10 @@ impl Gen<'_> {
                 // A wrong argument count or type points at the user's `method(..)`.
                 let args = quote_spanned!(*parens=> (#(#args,)*));
                 let ctx = Ident::new("__ctx", Span::call_site().located_at(method.span()));
-                // An unmet bound of the call (a by-value parameter that is not `Clone`) is
-                // reported at the user's method.
-                let actor = respan(quote!(#actor), method.span());
-                let call = quote_spanned!(method.span()=> call::<#actor, <#graph as #rt::MethodCall<#call>>::Method>);
+                // The actor type is inferred from `__actor`: an unmet bound of the call (a
+                // by-value parameter that is not `Clone`) is then reported at the user's
+                // method, and an unknown actor type only where it is written.
+                let call = quote_spanned!(method.span()=> call::<_, <#graph as #rt::MethodCall<#call>>::Method>);
                 let call_args = quote_spanned!(*parens=> (__actor, #args));
                 let call = quote!(#ctx.#call #call_args?);
                 match on_rank {
