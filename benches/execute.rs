@@ -28,7 +28,7 @@ fn echo(c: &mut Criterion) {
         let mut graph = None;
         group.bench_function(format!("{n} actors"), |b| {
             let g = graph.get_or_insert_with(|| {
-                EchoGraph::launch((0..n).map(|_| Echo).collect(), Cpu).unwrap()
+                EchoGraph::launch((0..n).map(|_| Echo).collect::<Vec<_>>(), Cpu).unwrap()
             });
             b.iter(|| g.execute(x.clone()).unwrap())
         });
@@ -56,7 +56,7 @@ fn idle_cpu() {
         };
         (ticks(11) + ticks(12)) / 100.0
     }
-    let mut g = EchoGraph::launch((0..8).map(|_| Echo).collect(), Cpu).unwrap();
+    let mut g = EchoGraph::launch((0..8).map(|_| Echo).collect::<Vec<_>>(), Cpu).unwrap();
     for _ in 0..1000 {
         g.execute(Tensor::full([4], 1.0)).unwrap();
     }

@@ -63,7 +63,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let workers = (0..4).map(|rank| Worker { rank, weight: 1.0 }).collect();
+    let workers: Vec<_> = (0..4).map(|rank| Worker { rank, weight: 1.0 }).collect();
     let g = match TrainStep::launch(workers, Cpu) {
         Ok(g) => g,
         Err(e) => {

@@ -102,13 +102,13 @@ fn main() -> ExitCode {
 
 /// Runs the pipeline once on 2 encoders and 2 heads.
 fn run() -> Result<String, Error> {
-    let encoders = (0..2)
+    let encoders: Vec<_> = (0..2)
         .map(|rank| Encoder {
             rank,
             log: Vec::new(),
         })
         .collect();
-    let heads = (0..2).map(|rank| Head { rank }).collect();
+    let heads: Vec<_> = (0..2).map(|rank| Head { rank }).collect();
     let mut g = Pipeline::launch(encoders, heads, Cpu)?;
     let out = g.execute(Tensor::from_slice(&[3.0, 4.0]))?;
     let (encoders, _heads) = g.teardown()?;

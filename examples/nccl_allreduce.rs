@@ -204,7 +204,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn StdError>> {
             .unwrap_or_else(|e| format!("(name unknown: {e})"));
         println!("  GPU {ordinal}: {name}");
     }
-    let workers = (0..n)
+    let workers: Vec<_> = (0..n)
         .map(|rank| Worker {
             rank,
             elems: args.elems,

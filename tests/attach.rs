@@ -102,7 +102,7 @@ fn backend(fail_rank: Option<usize>) -> Attaching {
 fn every_rank_attaches_on_its_own_thread_before_launch_returns() {
     let b = backend(None);
     let (attached, steps) = (Arc::clone(&b.attached), Arc::clone(&b.steps));
-    let mut g = Sum::launch((0..3).map(|_| Worker).collect(), b).unwrap();
+    let mut g = Sum::launch((0..3).map(|_| Worker).collect::<Vec<_>>(), b).unwrap();
     let mut seen = attached.lock().unwrap().clone();
     seen.sort_by_key(|&(rank, _)| rank);
     assert_eq!(seen.iter().map(|&(r, _)| r).collect::<Vec<_>>(), [0, 1, 2]);
@@ -120,7 +120,7 @@ fn every_rank_attaches_on_its_own_thread_before_launch_returns() {
 fn a_rank_that_cannot_attach_fails_the_launch_with_its_error() {
     let b = backend(Some(1));
     let steps = Arc::clone(&b.steps);
-    let err = Sum::launch((0..3).map(|_| Worker).collect(), b)
+    let err = Sum::launch((0..3).map(|_| Worker).collect::<Vec<_>>(), b)
         .err()
         .unwrap();
     assert!(

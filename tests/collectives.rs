@@ -474,7 +474,7 @@ macro_rules! one_stage_per_dtype {
             let backend = Counting::default();
             let counts = Arc::clone(&backend.counts);
             let ranks = 3;
-            let mut g = $graph::launch((0..ranks).map(|rank| Mixer { rank }).collect(), backend)
+            let mut g = $graph::launch((0..ranks).map(|rank| Mixer { rank }).collect::<Vec<_>>(), backend)
                 .unwrap();
             for round in 1..=4 {
                 let out: Vec<(Tensor<f32>, Tensor<$t>, Tensor<i64>)> = g.execute().unwrap();
@@ -524,8 +524,11 @@ graph! {
 fn every_collective_over_a_mixed_bucket_is_one_stage_each() {
     let backend = Counting::default();
     let counts = Arc::clone(&backend.counts);
-    let mut g =
-        EveryCollective::launch((0..3).map(|rank| Mixer { rank }).collect(), backend).unwrap();
+    let mut g = EveryCollective::launch(
+        (0..3).map(|rank| Mixer { rank }).collect::<Vec<_>>(),
+        backend,
+    )
+    .unwrap();
     #[allow(clippy::type_complexity)]
     let out: Vec<(
         Option<Tensor<f16>>,

@@ -40,8 +40,8 @@ graph! {
 
 #[test]
 fn two_groups_zip_into_one_output() {
-    let enc = (0..3).map(|rank| Encoder { rank }).collect();
-    let cri = (0..3).map(|r| Critic { scale: r as f64 }).collect();
+    let enc: Vec<_> = (0..3).map(|rank| Encoder { rank }).collect();
+    let cri: Vec<_> = (0..3).map(|r| Critic { scale: r as f64 }).collect();
     let mut g = Pair::launch(enc, cri, Cpu).unwrap();
     assert_eq!(Pair::GROUPS, &["encoders", "critics"]);
     let out: Vec<(Tensor<f32>, Tensor<f64>, Tensor<f32>)> =
@@ -59,8 +59,8 @@ fn two_groups_zip_into_one_output() {
 
 #[test]
 fn zipped_groups_must_have_the_same_size() {
-    let enc = (0..3).map(|rank| Encoder { rank }).collect();
-    let cri = (0..2).map(|r| Critic { scale: r as f64 }).collect();
+    let enc: Vec<_> = (0..3).map(|rank| Encoder { rank }).collect();
+    let cri: Vec<_> = (0..2).map(|r| Critic { scale: r as f64 }).collect();
     match Pair::launch(enc, cri, Cpu) {
         Err(Error::GroupSizeMismatch {
             first_len: 3,

@@ -829,7 +829,7 @@ fn each_actor_sees_its_own_gpu() {
     let Some(n) = gpus() else { return };
     let _serial = serial();
     let mut g = WhereAmI::launch(
-        (0..n).map(|rank| Flaky { rank }).collect(),
+        (0..n).map(|rank| Flaky { rank }).collect::<Vec<_>>(),
         Nccl::all().unwrap(),
     )
     .unwrap();
@@ -890,7 +890,7 @@ fn a_gpu_value_made_on_another_stream_is_read_before_it_is_freed() {
     let Some(gpus) = gpus() else { return };
     let _serial = serial();
     let n = ranks(gpus);
-    let actors = (0..n).map(|_| SideStream).collect();
+    let actors: Vec<_> = (0..n).map(|_| SideStream).collect();
     let mut g = SideSum::launch(actors, Nccl::new(0..n).unwrap()).unwrap();
     // Only the order of the two streams keeps the free after the copy (`copy_ordered`
     // joins them, and cudarc's event tracking does too, within one context): run it often.
@@ -908,7 +908,7 @@ fn executions_in_flight_on_the_gpu_each_get_their_own_buffer() {
     let Some(gpus) = gpus() else { return };
     let _serial = serial();
     let n = ranks(gpus);
-    let actors = (0..n).map(|_| SideStream).collect();
+    let actors: Vec<_> = (0..n).map(|_| SideStream).collect();
     let options = LaunchOptions::default().max_in_flight(4);
     let mut g = SideSum::launch_with(actors, Nccl::new(0..n).unwrap(), options).unwrap();
     for round in 0..3 {

@@ -309,7 +309,8 @@ fn rays_scheduling_case_does_not_deadlock() {
 fn a_collective_between_a_send_and_its_receive() {
     within(120, || {
         let mut g =
-            CollectiveInBetween::launch((0..3).map(|rank| Peer { rank }).collect(), Cpu).unwrap();
+            CollectiveInBetween::launch((0..3).map(|rank| Peer { rank }).collect::<Vec<_>>(), Cpu)
+                .unwrap();
         for _ in 0..300 {
             let out = g.execute(Tensor::from_slice(&[1.0])).unwrap();
             assert_eq!(vals(&out[2].0), vec![18.0]);
@@ -322,7 +323,8 @@ fn a_collective_between_a_send_and_its_receive() {
 #[test]
 fn one_actors_value_read_by_its_whole_group() {
     within(120, || {
-        let mut g = OneToAll::launch((0..4).map(|rank| Peer { rank }).collect(), Cpu).unwrap();
+        let mut g =
+            OneToAll::launch((0..4).map(|rank| Peer { rank }).collect::<Vec<_>>(), Cpu).unwrap();
         for _ in 0..300 {
             let out = g.execute(Tensor::from_slice(&[2.0])).unwrap();
             for (x, r) in &out {
@@ -369,8 +371,8 @@ graph! {
 fn tuples_of_one_actor_and_of_a_group_cross_edges() {
     within(60, || {
         let mut g = Plumbing::launch(
-            (0..2).map(|rank| Splitter { rank }).collect(),
-            (0..2).map(|rank| Splitter { rank }).collect(),
+            (0..2).map(|rank| Splitter { rank }).collect::<Vec<_>>(),
+            (0..2).map(|rank| Splitter { rank }).collect::<Vec<_>>(),
             Cpu,
         )
         .unwrap();
@@ -535,7 +537,8 @@ fn a_failed_point_to_point_sender_is_reported_and_the_next_execute_works() {
         }
     }
     within(60, || {
-        let mut g = P2p::launch((0..3).map(|rank| Sender { rank }).collect(), Cpu).unwrap();
+        let mut g =
+            P2p::launch((0..3).map(|rank| Sender { rank }).collect::<Vec<_>>(), Cpu).unwrap();
         for _ in 0..5 {
             let err = g.execute(true).unwrap_err();
             assert_eq!(method_error(&err), ("workers", 0, "send"));
@@ -652,8 +655,8 @@ fn an_execute_that_unwound_in_the_driver_breaks_the_graph() {
     within(60, || {
         let budget = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(2));
         let mut g = Relay::launch(
-            (0..3).map(|rank| Reader { rank }).collect(),
-            (0..3).map(|rank| Reader { rank }).collect(),
+            (0..3).map(|rank| Reader { rank }).collect::<Vec<_>>(),
+            (0..3).map(|rank| Reader { rank }).collect::<Vec<_>>(),
             Cpu,
         )
         .unwrap();

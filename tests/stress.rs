@@ -83,7 +83,7 @@ const N: usize = 8;
 const STEPS: u64 = 2_000;
 
 fn run() {
-    let mut g = Stress::launch((0..N).map(|rank| Node { rank }).collect(), Cpu).unwrap();
+    let mut g = Stress::launch((0..N).map(|rank| Node { rank }).collect::<Vec<_>>(), Cpu).unwrap();
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     let mut counts = [0usize; 4];
     for step in 0..STEPS {

@@ -35,3 +35,28 @@ impl Diag {
             .collect()
     }
 }
+
+/// A type or expression as a person writes it, from its token string.
+pub(crate) fn tidy(s: &str) -> String {
+    let mut t = s.to_string();
+    for (from, to) in [
+        (" < ", "<"),
+        ("< ", "<"),
+        (" <", "<"),
+        (" >", ">"),
+        (" :: ", "::"),
+        (":: ", "::"),
+        (" ,", ","),
+        ("& ", "&"),
+        ("( ", "("),
+        (" )", ")"),
+        ("[ ", "["),
+        (" ]", "]"),
+        (" ;", ";"),
+        (" . ", "."),
+        (" :", ":"),
+    ] {
+        t = t.replace(from, to);
+    }
+    t
+}

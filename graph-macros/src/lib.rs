@@ -5,11 +5,15 @@
 mod actor;
 mod diag;
 mod graph;
+mod rt;
 
 use proc_macro::TokenStream;
 
-/// Makes every `&self`/`&mut self` method of an inherent `impl` block callable from a
-/// `graph!`.
+/// Makes the methods of an inherent `impl` block (generic or not) callable from a
+/// `graph!`: each method that takes `&self` or `&mut self` and plain arguments becomes a
+/// graph node; the others stay ordinary methods, and a graph that calls one gets an error
+/// saying why it cannot be a node. The rules are in the `actorgraph` crate docs
+/// ("Actors").
 #[proc_macro_attribute]
 pub fn actor(attr: TokenStream, item: TokenStream) -> TokenStream {
     actor::expand(attr.into(), item.into()).into()

@@ -25,6 +25,16 @@ pub use tensor::Tensor;
 /// The `half` crate, whose `f16` and `bf16` are element types.
 pub use half;
 
+// The items of `__private` that compiler messages about a user's graph can name (an
+// unknown method, a type that is not an actor, an unmet bound) are also here, hidden, so
+// that rustc writes them `actorgraph::MethodCall` rather than through `__private`.
+#[doc(hidden)]
+pub use __private::{
+    clone_value, destructures, gatherable, input, method_index, sendable, Actor, Checked,
+    EdgeValue, Fallible, Fields, FusedStage, Input, Method, MethodCall, MethodId, Sendable,
+    Signature, Stage, StepCtx, TupleField, Valid,
+};
+
 /// Items the generated code uses. Not a public API: it changes without notice.
 #[doc(hidden)]
 pub mod __private {
@@ -34,8 +44,11 @@ pub mod __private {
         Actors, Deadline, Edge, EdgeValue, Group, LaunchOptions, Links, Pipeline, Route, Stage,
         StepCtx, StepFn, SyncPoint, Ticket,
     };
-    pub use crate::method::{into_result, Method};
-    pub use crate::{BoxError, Bucketable, Error};
+    pub use crate::method::{
+        checked, destructures, gatherable, input, method_index, sendable, Actor, Checked, Fallible,
+        Fields, Input, Method, MethodCall, MethodId, MethodInfo, Sendable, Signature, Valid,
+    };
+    pub use crate::{BoxError, Bucketable, Error, Gather};
     pub use std::marker::PhantomData;
     pub use std::option::Option;
     pub use std::result::Result;
@@ -139,6 +152,24 @@ pub mod __private {
         /// The type of field `I`.
         type Type;
     }
+
+    macro_rules! fields {
+        ($n:literal, ($($all:ident),*)) => {
+            impl<$($all),*> Fields<$n> for ($($all,)*) {}
+        };
+    }
+    fields!(1, (A));
+    fields!(2, (A, B));
+    fields!(3, (A, B, C));
+    fields!(4, (A, B, C, D));
+    fields!(5, (A, B, C, D, E));
+    fields!(6, (A, B, C, D, E, F));
+    fields!(7, (A, B, C, D, E, F, G));
+    fields!(8, (A, B, C, D, E, F, G, H));
+    fields!(9, (A, B, C, D, E, F, G, H, I));
+    fields!(10, (A, B, C, D, E, F, G, H, I, J));
+    fields!(11, (A, B, C, D, E, F, G, H, I, J, K));
+    fields!(12, (A, B, C, D, E, F, G, H, I, J, K, L));
 
     macro_rules! field {
         ($i:tt, $t:ident, ($($all:ident),*)) => {

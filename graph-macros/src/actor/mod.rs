@@ -1,9 +1,7 @@
 //! `#[actor]`: parse the impl block into a model of its methods, then emit, next to the
-//! untouched block, a marker type per method and a `Method<marker>` impl that describes
-//! its arguments and output to `graph!`.
+//! untouched block, the description `graph!` reads (see `expand`).
 
 mod expand;
-pub(crate) use expand::marker_module;
 mod model;
 
 use proc_macro2::TokenStream;
@@ -13,9 +11,8 @@ use crate::diag::Diag;
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
     let mut diag = Diag::default();
-    if let Some(first) = attr.clone().into_iter().next() {
+    if !attr.is_empty() {
         diag.error_at(&attr, "`#[actor]` takes no arguments");
-        let _ = first;
     }
     let imp = match syn::parse2::<syn::Item>(item.clone()) {
         Ok(syn::Item::Impl(imp)) => imp,
@@ -33,10 +30,18 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> TokenStream {
             return quote!(#errors #item);
         }
     };
-    let model = model::Actor::from_impl(&imp, &mut diag);
+    if let Some((_, path, _)) = &imp.trait_ {
+        diag.error_at(
+            path,
+            "`#[actor]` goes on an inherent `impl` block, not on a trait impl",
+        );
+        let errors = diag.to_tokens();
+        return quote!(#errors #imp);
+    }
+    // Keep the user's impl whatever happens, and describe it even after an error in the
+    // attribute, so that graphs using the type report nothing more.
     let errors = diag.to_tokens();
-    // Keep the user's impl whatever happens, so their other code still resolves.
-    let generated = model.map(|m| expand::expand(&m)).unwrap_or_default();
+    let generated = expand::expand(&model::Actor::from_impl(&imp));
     quote!(#errors #imp #generated)
 }
 

@@ -1,23 +1,36 @@
-//! The model of an `#[actor]` impl block: its type and its graph-callable methods.
+//! The model of an `#[actor]` impl block: its (possibly generic) type and its methods,
+//! each either a graph node or an ordinary method with the reason it cannot be one.
+//!
+//! Nothing here is an error: an impl block holds helpers beside its graph methods, and
+//! only a graph that calls a helper learns (at its call) why it is not a node.
 
 use proc_macro2::Ident;
-use syn::spanned::Spanned;
+use quote::quote;
 
-use crate::diag::Diag;
+use crate::diag::tidy;
 
 pub(crate) struct Actor {
-    /// The type's name (the last segment of the impl's self type).
-    pub(crate) ident: Ident,
+    pub(crate) generics: syn::Generics,
     pub(crate) self_ty: syn::Type,
     pub(crate) methods: Vec<Method>,
 }
 
 pub(crate) struct Method {
     pub(crate) ident: Ident,
+    /// The method's `#[cfg(..)]` attributes, which its generated impls carry too.
+    pub(crate) cfgs: Vec<syn::Attribute>,
+    /// The node, or why the method is not one (completing "it ..").
+    pub(crate) node: Result<Node, &'static str>,
+}
+
+pub(crate) struct Node {
     pub(crate) params: Vec<Param>,
+    /// The parameters after `self`, as written.
+    pub(crate) text: String,
     /// The `T` the graph sees (the `T` of `Result<T, E>` for a fallible method).
     pub(crate) output: syn::Type,
-    pub(crate) fallible: bool,
+    /// A fallible method's return type as written (`Result<T, E>`, `io::Result<T>`).
+    pub(crate) fallible: Option<syn::Type>,
 }
 
 pub(crate) struct Param {
@@ -28,111 +41,186 @@ pub(crate) struct Param {
 }
 
 impl Actor {
-    pub(crate) fn from_impl(imp: &syn::ItemImpl, diag: &mut Diag) -> Option<Self> {
-        let before = diag_len(diag);
-        if let Some((_, path, _)) = &imp.trait_ {
-            diag.error_at(
-                path,
-                "`#[actor]` goes on an inherent `impl` block, not on a trait impl",
-            );
-        }
-        if !imp.generics.params.is_empty() {
-            diag.error_at(&imp.generics, "generic actors are not supported yet");
-        }
-        let ident = match &*imp.self_ty {
-            syn::Type::Path(p) if p.qself.is_none() => match p.path.segments.last() {
-                Some(seg) if seg.arguments.is_none() => Some(seg.ident.clone()),
-                _ => None,
-            },
-            _ => None,
-        };
-        if ident.is_none() {
-            diag.error_at(
-                &imp.self_ty,
-                "`#[actor]` needs a named type without generic arguments, e.g. `impl Worker`",
-            );
-        }
-        let methods: Vec<Method> = imp
+    pub(crate) fn from_impl(imp: &syn::ItemImpl) -> Self {
+        let methods = imp
             .items
             .iter()
             .filter_map(|item| match item {
-                syn::ImplItem::Fn(f) => Method::from_fn(f, diag),
+                syn::ImplItem::Fn(f) => Some(Method::from_fn(f)),
                 _ => None,
             })
             .collect();
-        if diag_len(diag) != before {
-            return None;
-        }
-        Some(Actor {
-            ident: ident?,
+        Actor {
+            generics: imp.generics.clone(),
             self_ty: (*imp.self_ty).clone(),
             methods,
+        }
+    }
+}
+
+impl Method {
+    fn from_fn(f: &syn::ImplItemFn) -> Self {
+        Method {
+            ident: f.sig.ident.clone(),
+            cfgs: f
+                .attrs
+                .iter()
+                .filter(|a| a.path().is_ident("cfg"))
+                .cloned()
+                .collect(),
+            node: Node::from_sig(&f.sig),
+        }
+    }
+}
+
+impl Node {
+    fn from_sig(sig: &syn::Signature) -> Result<Self, &'static str> {
+        let receiver = sig
+            .receiver()
+            .ok_or("takes no `self` (an associated function)")?;
+        let by_ref = receiver.reference.is_some()
+            || (receiver.colon_token.is_some() && matches!(*receiver.ty, syn::Type::Reference(_)));
+        if !by_ref {
+            return Err("takes `self` by value, and an actor stays on its thread");
+        }
+        if !sig.generics.params.is_empty() {
+            return Err("is generic");
+        }
+        if sig.generics.where_clause.is_some() {
+            return Err("has a `where` clause");
+        }
+        if sig.asyncness.is_some() {
+            return Err("is `async`");
+        }
+        if sig.unsafety.is_some() {
+            return Err("is `unsafe`");
+        }
+        let mut params = Vec::new();
+        let mut text = Vec::new();
+        for input in sig.inputs.iter().skip(1) {
+            let syn::FnArg::Typed(pt) = input else {
+                continue;
+            };
+            let (pat, ty) = (&pt.pat, &pt.ty);
+            text.push(tidy(&quote!(#pat: #ty).to_string()));
+            let (ty, by_value) =
+                match &**ty {
+                    syn::Type::Reference(r) if r.mutability.is_some() => return Err(
+                        "takes a `&mut` argument, and graph values are shared (take `&T` or `T`)",
+                    ),
+                    syn::Type::Reference(r) => ((*r.elem).clone(), false),
+                    ty => (ty.clone(), true),
+                };
+            let found = Found::scan(&ty);
+            if found.impl_trait {
+                return Err("takes an `impl Trait` argument");
+            }
+            if found.lifetime {
+                return Err("takes an argument whose type holds a reference or a lifetime");
+            }
+            params.push(Param { ty, by_value });
+        }
+        let (output, fallible) = match &sig.output {
+            syn::ReturnType::Default => (syn::parse_quote!(()), None),
+            syn::ReturnType::Type(_, ty) => {
+                let found = Found::scan(ty);
+                if found.impl_trait {
+                    return Err("returns `impl Trait`");
+                }
+                if found.lifetime {
+                    return Err("returns a reference or a type with a lifetime");
+                }
+                if found.never {
+                    return Err("never returns");
+                }
+                match result_ok_type(ty) {
+                    Some(ok) => (ok, Some((**ty).clone())),
+                    None => ((**ty).clone(), None),
+                }
+            }
+        };
+        Ok(Node {
+            params,
+            text: text.join(", "),
+            output,
+            fallible,
         })
     }
 }
 
-fn diag_len(diag: &Diag) -> bool {
-    diag.is_empty()
+/// What a type holds that a graph node's parameter or result cannot.
+#[derive(Default)]
+struct Found {
+    /// A reference or a lifetime other than `'static`: the generated impl could not name
+    /// it.
+    lifetime: bool,
+    impl_trait: bool,
+    never: bool,
 }
 
-impl Method {
-    /// `None` for associated functions without a receiver: they are not graph nodes.
-    fn from_fn(f: &syn::ImplItemFn, diag: &mut Diag) -> Option<Self> {
-        let receiver = f.sig.receiver()?;
-        let by_ref = receiver.reference.is_some()
-            || (receiver.colon_token.is_some() && matches!(*receiver.ty, syn::Type::Reference(_)));
-        if !by_ref {
-            diag.error_at(
-                receiver,
-                "an actor method takes `&self` or `&mut self`: the actor stays on its thread; \
-                 move methods that consume the actor to an impl block without `#[actor]`",
-            );
+impl Found {
+    fn scan(ty: &syn::Type) -> Self {
+        let mut found = Found::default();
+        found.ty(ty);
+        found
+    }
+
+    fn ty(&mut self, ty: &syn::Type) {
+        use syn::Type;
+        match ty {
+            Type::Reference(_) => self.lifetime = true,
+            Type::ImplTrait(_) => self.impl_trait = true,
+            Type::Never(_) => self.never = true,
+            Type::Array(a) => self.ty(&a.elem),
+            Type::Slice(s) => self.ty(&s.elem),
+            Type::Ptr(p) => self.ty(&p.elem),
+            Type::Group(g) => self.ty(&g.elem),
+            Type::Paren(p) => self.ty(&p.elem),
+            Type::Tuple(t) => t.elems.iter().for_each(|t| self.ty(t)),
+            Type::Path(p) => {
+                if let Some(q) = &p.qself {
+                    self.ty(&q.ty);
+                }
+                self.path(&p.path);
+            }
+            Type::TraitObject(t) => t.bounds.iter().for_each(|b| self.bound(b)),
+            // A function pointer's own elision rules make its references fine.
+            _ => {}
         }
-        if !f.sig.generics.params.is_empty() {
-            diag.error_at(
-                &f.sig.generics,
-                "a graph method cannot be generic; move it to an impl block without `#[actor]`",
-            );
-        }
-        if let Some(a) = &f.sig.asyncness {
-            diag.error_at(a, "async graph methods are not supported");
-        }
-        let mut params = Vec::new();
-        for input in f.sig.inputs.iter().skip(1) {
-            let syn::FnArg::Typed(pt) = input else {
+    }
+
+    fn path(&mut self, path: &syn::Path) {
+        for seg in &path.segments {
+            // `Fn(&T) -> U` sugar elides its lifetimes itself; only `<..>` arguments count.
+            let syn::PathArguments::AngleBracketed(args) = &seg.arguments else {
                 continue;
             };
-            match &*pt.ty {
-                syn::Type::Reference(r) if r.mutability.is_some() => diag.error_at(
-                    r,
-                    "a graph method cannot take `&mut`: graph values are shared; take `&T` or `T`",
-                ),
-                syn::Type::ImplTrait(it) => {
-                    diag.error_at(it, "a graph method cannot take `impl Trait` arguments")
+            for arg in &args.args {
+                match arg {
+                    syn::GenericArgument::Lifetime(l) => self.lifetime(l),
+                    syn::GenericArgument::Type(t) => self.ty(t),
+                    syn::GenericArgument::AssocType(a) => self.ty(&a.ty),
+                    syn::GenericArgument::Constraint(c) => {
+                        c.bounds.iter().for_each(|b| self.bound(b))
+                    }
+                    _ => {}
                 }
-                syn::Type::Reference(r) => params.push(Param {
-                    ty: (*r.elem).clone(),
-                    by_value: false,
-                }),
-                ty => params.push(Param {
-                    ty: ty.clone(),
-                    by_value: true,
-                }),
             }
         }
-        let (output, fallible) = match &f.sig.output {
-            syn::ReturnType::Default => (syn::parse_quote_spanned!(f.sig.span()=> ()), false),
-            syn::ReturnType::Type(_, ty) => match result_ok_type(ty) {
-                Some(ok) => (ok, true),
-                None => ((**ty).clone(), false),
-            },
-        };
-        Some(Method {
-            ident: f.sig.ident.clone(),
-            params,
-            output,
-            fallible,
-        })
+    }
+
+    fn bound(&mut self, b: &syn::TypeParamBound) {
+        match b {
+            syn::TypeParamBound::Lifetime(l) => self.lifetime(l),
+            syn::TypeParamBound::Trait(t) => self.path(&t.path),
+            _ => {}
+        }
+    }
+
+    fn lifetime(&mut self, l: &syn::Lifetime) {
+        if l.ident != "static" {
+            self.lifetime = true;
+        }
     }
 }
 

@@ -6,16 +6,14 @@
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
-use super::ir::{Graph, OpKind, Place};
+use super::ir::{checked_type, Check, CheckKind, Graph, OpKind, Place};
 use super::ops::{CollectiveSpec, Kind, OpName, Root};
 use super::parse::GraphDef;
 use super::schedule::{self, Route, Schedule};
 use super::{dot, step};
 
-const RT: &str = "::actorgraph::__private";
-
 pub(super) fn rt() -> TokenStream {
-    RT.parse().unwrap_or_default()
+    crate::rt::path()
 }
 
 fn group_field(name: &Ident) -> Ident {
@@ -34,26 +32,30 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let fields = groups.iter().map(|p| {
         let field = group_field(&g.groups[p.index].name);
         let actor = &g.groups[p.index].actor;
-        let in_tys = p.inputs.iter().map(|&i| &g.inputs[i].ty);
+        let in_tys = p.inputs.iter().map(|&i| &g.inputs[i].checked);
         let out_ty = &p.out_ty;
         quote!(#field: #rt::Group<#actor, (#(#in_tys,)*), #out_ty>)
     });
 
     // launch
-    let group_params = g.groups.iter().map(|d| {
-        let (n, a) = (&d.name, &d.actor);
-        match &d.size {
-            Some((len, _)) => quote!(#n: [#a; #len]),
-            None => quote!(#n: #rt::Vec<#a>),
-        }
-    });
+    let params = |ready| -> Vec<TokenStream> {
+        g.groups
+            .iter()
+            .map(|d| {
+                launch_param(
+                    &d.name,
+                    Some(&d.actor),
+                    d.size.as_ref().map(|s| &s.0),
+                    ready,
+                )
+            })
+            .collect()
+    };
+    let group_params = params(true);
     let group_names_launch = g.groups.iter().map(|d| &d.name);
     let group_names_launch2 = group_names_launch.clone();
     let group_params2 = group_params.clone();
-    let actors_params = g.groups.iter().map(|d| {
-        let (n, a) = (&d.name, &d.actor);
-        quote!(#n: #rt::Actors<#a>)
-    });
+    let actors_params = params(false);
     let to_vecs = g.groups.iter().filter_map(|d| {
         let (n, len) = (&d.name, &d.size.as_ref()?.0);
         let s = n.to_string();
@@ -62,7 +64,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let checks = launch_checks(g, &groups, &sched);
     let links_ty = step::links_type(g, &sched);
     let edges = sched.edges.iter().enumerate().map(|(e, edge)| {
-        let ty = &g.values[edge.value].ty;
+        let ty = edge_type(g, e);
         let value = &g.values[edge.value].label;
         let from = g.groups[edge.from.group().unwrap_or(0)].name.to_string();
         let to = &g.groups[edge.to.group().unwrap_or(0)].name;
@@ -141,7 +143,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let assemble = assemble(g, &groups, &results);
     let out_ty = output_type(g);
 
-    // teardown
+    // teardown: hands actors back to this thread, so only here must they be `Send`
     let actor_vecs: Vec<TokenStream> = g
         .groups
         .iter()
@@ -193,26 +195,29 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     );
     let dot = dot::to_dot(g, &sched);
     let index_asserts = index_asserts(g);
+    let method_calls = method_calls(g);
 
-    let bounds = gather_bounds(g);
+    let value_checks = value_checks(g, &sched);
 
     quote! {
         #(#attrs)*
-        #vis struct #name #bounds {
+        #vis struct #name {
             #(#fields,)*
             /// Set while `execute` hands out inputs: still set at the next `execute` only if
             /// the last one unwound in between (some actors may have run it and others
             /// not), which breaks the graph.
-            __executing: bool,
+            __executing: ::core::primitive::bool,
             /// The executions in flight, their tickets and the results collected ahead.
             __pipeline: #rt::Pipeline<#rt::Vec<#out_ty>>,
         }
 
         #(#index_asserts)*
+        #(#method_calls)*
+        #(#value_checks)*
 
-        impl #name #bounds {
+        impl #name {
             /// The actor groups of this graph, in declaration order.
-            pub const GROUPS: &'static [&'static str] = &[#(#group_names),*];
+            pub const GROUPS: &'static [&'static ::core::primitive::str] = &[#(#group_names),*];
 
             #[doc = #launch_doc]
             ///
@@ -227,7 +232,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             where
                 #(#send_bounds,)*
             {
-                Self::launch_actors(#(#rt::Actors::from(#group_names_launch),)* backend, #rt::LaunchOptions::default())
+                Self::launch_with(#(#group_names_launch,)* backend, <#rt::LaunchOptions as ::core::default::Default>::default())
             }
 
             /// Like `launch`, with options: `LaunchOptions::default().max_in_flight(4)` lets
@@ -237,7 +242,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             where
                 #(#send_bounds,)*
             {
-                Self::launch_actors(#(#rt::Actors::from(#group_names_launch2),)* backend, __options)
+                Self::launch_actors(#(<#rt::Actors<_> as ::core::convert::From<_>>::from(#group_names_launch2),)* backend, __options)
             }
 
             /// Like `launch_with`, with each group's actors as `Actors`: ready values
@@ -338,7 +343,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             }
 
             /// The executions submitted whose results are neither read nor discarded yet.
-            pub fn in_flight(&self) -> usize {
+            pub fn in_flight(&self) -> ::core::primitive::usize {
                 self.__pipeline.in_flight()
             }
 
@@ -433,7 +438,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// between them; values that cross between actors are drawn bold and say which
             /// ranks they connect. Render it with `dot -Tsvg`.
             pub fn to_dot() -> #rt::String {
-                #rt::String::from(#dot)
+                <#rt::String as ::core::convert::From<&'static ::core::primitive::str>>::from(#dot)
             }
 
             #(#steps)*
@@ -492,6 +497,60 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
     }
 }
 
+/// A group's parameter of `launch` (`ready`: its actors as a `Vec`, or an array for a
+/// fixed-size group) or of `launch_actors` (an `Actors`). Without a usable actor type (a
+/// graph with errors), any value.
+fn launch_param(
+    name: &Ident,
+    actor: Option<&syn::Type>,
+    size: Option<&syn::Expr>,
+    ready: bool,
+) -> TokenStream {
+    let rt = rt();
+    match (actor, size, ready) {
+        (Some(a), Some(len), true) => quote!(#name: [#a; #len]),
+        (Some(a), None, true) => quote!(#name: #rt::Vec<#a>),
+        (Some(a), _, false) => quote!(#name: #rt::Actors<#a>),
+        (None, ..) => quote!(#name: impl ::core::marker::Sized),
+    }
+}
+
+/// For each method call of the graph, `impl MethodCall<K> for Graph`: the method's
+/// `MethodId`, found at compile time by `method_index` in the one constant of that call.
+/// A method that does not exist, cannot be a node, or gets the wrong number of arguments
+/// fails that constant, at the user's `method(..)`, with a message that says which; every
+/// type derived from the call goes through this impl, so nothing else reports an error.
+fn method_calls(g: &Graph) -> Vec<TokenStream> {
+    let rt = rt();
+    let graph = &g.def.name;
+    g.ops
+        .iter()
+        .filter_map(|op| match &op.kind {
+            OpKind::Call {
+                call,
+                method,
+                args,
+                parens,
+                ..
+            } => {
+                let decl = &g.groups[op.group()];
+                let (actor, text) = (&decl.actor, &decl.actor_text);
+                let (name, n) = (method.to_string(), args.len());
+                // The call's tokens span the user's `method(..)`, which rustc then shows.
+                let f = respan(quote!(#rt::method_index), method.span());
+                let f = quote!(#f::<#actor>);
+                let lookup = quote_spanned!(*parens=> #f(#text, #name, #n));
+                Some(quote! {
+                    impl #rt::MethodCall<#call> for #graph {
+                        type Method = #rt::MethodId<{ #lookup }>;
+                    }
+                })
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// For a group whose size is a constant but not a literal (`[Worker; N]`), an index it
 /// addresses is checked by the compiler: a failing `const` assertion at the user's index.
 fn index_asserts(g: &Graph) -> Vec<TokenStream> {
@@ -507,7 +566,7 @@ fn index_asserts(g: &Graph) -> Vec<TokenStream> {
                     "`{}[{k}]` is out of range: group `{}` has `{}` actors",
                     d.name,
                     d.name,
-                    super::dot::tidy(&quote!(#len).to_string())
+                    crate::diag::tidy(&quote!(#len).to_string())
                 );
                 quote_spanned!(span=> const _: () = ::core::assert!(#k < (#len), #msg);)
             })
@@ -515,35 +574,59 @@ fn index_asserts(g: &Graph) -> Vec<TokenStream> {
         .collect()
 }
 
-/// `where T: Gather, ..` for every value of an `allgather`, each predicate at the user's
-/// argument. The output type `<T as Gather>::Gathered` appears in the struct and in every
-/// signature; without the bound, a `T` that cannot be gathered would get an error at each
-/// of them. With it, rustc reports the unsatisfied bound once (the struct's and the impl's
-/// are identical diagnostics, deduplicated) and checks the rest assuming it.
-fn gather_bounds(g: &Graph) -> TokenStream {
-    let preds: Vec<TokenStream> = g
-        .ops
+/// `impl Checked<K, P> for Graph` for each value type the graph checks (see `ir::Check`,
+/// `ir::checked_type`), then for each edge's value (checked `Send`):
+/// the type itself when it satisfies the bound, checked by a constant at the user's
+/// argument; when it does not, that constant fails with the bound's own message, and the
+/// type, with every type and call derived from it, is an error that reports nothing more.
+/// The graph's struct thus needs no `where` clause (which would make every
+/// `impl MethodCall<K> for Graph` report it again).
+fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
+    let rt = rt();
+    let (graph, privacy) = (&g.def.name, &g.privacy);
+    // Each value sent over an edge leaves its actor's thread: its type is checked `Send`,
+    // after the graph's own checks (see `edge_type`).
+    let edges = sched.edges.iter().map(|e| Check {
+        ty: g.values[e.value].ty.clone(),
+        at: e.span,
+        kind: CheckKind::Send,
+    });
+    let edges: Vec<Check> = edges.collect();
+    g.checks
         .iter()
-        .filter_map(|op| match &op.kind {
-            OpKind::Collective {
-                spec,
-                args,
-                arg_spans,
-                ..
-            } if spec.kind == Kind::Gather => Some(args.iter().zip(arg_spans)),
-            _ => None,
+        .chain(&edges)
+        .enumerate()
+        .map(|(k, c)| {
+            // The check, and the type as a whole, at the user's token; the type's own
+            // tokens keep their spans, so an error in them (an unknown type) is reported
+            // once, where it is written.
+            let at = c.at;
+            let ty = respan_ends(c.ty.clone(), at);
+            let f = respan(
+                match c.kind {
+                    CheckKind::Gather => quote!(#rt::gatherable),
+                    CheckKind::Send => quote!(#rt::sendable),
+                    CheckKind::Input => quote!(#rt::input),
+                    CheckKind::Fields(_) => quote!(#rt::destructures),
+                },
+                at,
+            );
+            let check = match c.kind {
+                CheckKind::Fields(n) => quote_spanned!(at=> #f::<#ty, #n>()),
+                _ => quote_spanned!(at=> #f::<#ty>()),
+            };
+            quote! {
+                impl #rt::Checked<#k, #privacy> for #graph {
+                    type Type = <#ty as #rt::Valid<{ #check }>>::Type;
+                }
+            }
         })
-        .flatten()
-        .map(|(&v, &span)| {
-            let ty = &g.values[v].ty;
-            respan(quote!(#ty: ::actorgraph::Gather), span)
-        })
-        .collect();
-    if preds.is_empty() {
-        quote!()
-    } else {
-        quote!(where #(#preds),*)
-    }
+        .collect()
+}
+
+/// The type of the values on edge `e`: checked `Send` (see `value_checks`).
+pub(super) fn edge_type(g: &Graph, e: usize) -> TokenStream {
+    checked_type(&g.def.name, &g.privacy, g.checks.len() + e)
 }
 
 /// `tokens` with every token located at `at` (keeping each token's hygiene), so that a
@@ -564,11 +647,24 @@ pub(super) fn respan(tokens: TokenStream, at: Span) -> TokenStream {
         .collect()
 }
 
+/// `tokens` with its first and last token located at `at`: a type so changed spans `at`
+/// as a whole in diagnostics, while the tokens inside keep their own spans.
+fn respan_ends(tokens: TokenStream, at: Span) -> TokenStream {
+    let mut tts: Vec<proc_macro2::TokenTree> = tokens.into_iter().collect();
+    let last = tts.len().saturating_sub(1);
+    for i in [0, last] {
+        if let Some(tt) = tts.get_mut(i) {
+            tt.set_span(tt.span().located_at(at));
+        }
+    }
+    tts.into_iter().collect()
+}
+
 /// The type of one output part on one rank: a value of one actor is `Some` on that rank
 /// only.
 fn part_type(g: &Graph, k: usize) -> TokenStream {
     let v = &g.values[g.output.parts[k]];
-    let ty = &v.ty;
+    let ty = &g.output.tys[k];
     match v.place {
         Place::Actor(..) => quote!(::core::option::Option<#ty>),
         _ => quote!(#ty),
@@ -593,7 +689,8 @@ fn assemble(g: &Graph, groups: &[GroupPlan], results: &[Ident]) -> TokenStream {
         let r = &results[contributing[0].index];
         return quote!(#rt::Result::Ok(#r));
     }
-    // Zip the groups' per-rank tuples and put the parts back in output order.
+    // Zip the groups' per-rank tuples and put the parts back in output order (traits
+    // named in full: the user's module may have no prelude).
     let part_ident = |k: usize| format_ident!("__out{}", k);
     let mut iter = quote!();
     let mut pat = quote!();
@@ -602,15 +699,15 @@ fn assemble(g: &Graph, groups: &[GroupPlan], results: &[Ident]) -> TokenStream {
         let parts = p.out_parts.iter().map(|&k| part_ident(k));
         let this = quote!((#(#parts,)*));
         if n == 0 {
-            iter = quote!(#r.into_iter());
+            iter = quote!(::core::iter::IntoIterator::into_iter(#r));
             pat = this;
         } else {
-            iter = quote!(#iter.zip(#r));
+            iter = quote!(::core::iter::Iterator::zip(#iter, #r));
             pat = quote!((#pat, #this));
         }
     }
     let all = (0..g.output.parts.len()).map(part_ident);
-    quote!(#rt::Result::Ok(#iter.map(|#pat| (#(#all,)*)).collect()))
+    quote!(#rt::Result::Ok(::core::iter::Iterator::collect(::core::iter::Iterator::map(#iter, |#pat| (#(#all,)*)))))
 }
 
 /// What one group runs and returns.
@@ -679,16 +776,25 @@ pub(super) fn at_user(ident: &Ident, at: Span) -> Ident {
     ident
 }
 
+/// A value that goes through a fused stage.
+pub(super) struct StageValue {
+    pub(super) ident: Ident,
+    /// The user's argument.
+    pub(super) span: Span,
+    /// For an `allgather`, the value's type once checked (see `value_checks`).
+    pub(super) checked: Option<TokenStream>,
+}
+
 /// One fused stage of a step: lay the values out, pack them, run the collective, and take
 /// the results. Every call that names a value is spanned at the user's argument and bound
 /// by the one trait this kind of collective needs, so that a value of a type that cannot go
-/// through it gets exactly one error, there.
+/// through it gets exactly one error, there. An `allgather` names the value's checked type,
+/// which is an error (and silent) when the check failed.
 pub(super) fn stage_code(
     kind: Kind,
     stage: usize,
     outs: &[&Ident],
-    vals: &[Ident],
-    spans: &[Span],
+    vals: &[StageValue],
     collective: &TokenStream,
     root: Option<&Root>,
 ) -> TokenStream {
@@ -696,14 +802,16 @@ pub(super) fn stage_code(
     let mut adds = Vec::new();
     let mut packs = Vec::new();
     let mut outputs = Vec::new();
-    for ((v, &s), i) in vals.iter().zip(spans).zip(idx) {
+    for (val, i) in vals.iter().zip(idx) {
+        let (v, s) = (&val.ident, val.span);
+        let ty = val.checked.as_ref().map(|t| quote!(::<#t>));
         // Every token of these calls carries the user's span: rustc puts a failed bound
         // at the method's name, and dedups identical bounds at one span into one error.
         let (add, pack) = match kind {
             Kind::InPlace | Kind::Rooted => (quote_spanned!(s=> add), quote_spanned!(s=> pack)),
             Kind::Gather => (
-                quote_spanned!(s=> fused().add_gather),
-                quote_spanned!(s=> pack_gather),
+                quote_spanned!(s=> fused().add_gather #ty),
+                quote_spanned!(s=> pack_gather #ty),
             ),
             Kind::Scatter => (
                 quote_spanned!(s=> fused().add_scatter),
@@ -714,7 +822,9 @@ pub(super) fn stage_code(
         packs.push(quote_spanned!(s=> __st.#pack(&#v, __slots.#i);));
         outputs.push(match (kind, root) {
             (Kind::InPlace, _) => quote_spanned!(s=> __st.output(&#v, __slots.#i)),
-            (Kind::Gather, _) => quote_spanned!(s=> __st.fused().output_gathered(&#v, __slots.#i)),
+            (Kind::Gather, _) => {
+                quote_spanned!(s=> __st.fused().output_gathered #ty(&#v, __slots.#i))
+            }
             (Kind::Scatter, _) => {
                 quote_spanned!(s=> __st.fused().output_scattered(&#v, __slots.#i))
             }
@@ -773,33 +883,66 @@ pub(super) fn collective_expr(
     }
 }
 
-/// What a graph with errors expands to: its struct with methods whose signatures accept
-/// whatever the caller does, so that the only errors shown are the graph's own.
+/// What a graph with errors expands to: its struct with every item of the real one, with
+/// signatures that accept whatever the caller does (an output type it infers, the actor
+/// types as declared), so that the only errors shown are the graph's own.
 pub(crate) fn fallback(def: &GraphDef) -> TokenStream {
     let rt = rt();
     let (attrs, vis, name) = (&def.attrs, &def.vis, &def.name);
-    let groups = def.params.iter().filter_map(|p| match &p.group {
-        Some((e, None)) => {
-            let n = &p.name;
-            Some(quote!(#n: #rt::Vec<#e>))
-        }
-        Some((e, Some(len))) => {
-            let n = &p.name;
-            Some(quote!(#n: [#e; #len]))
-        }
-        None => None,
-    });
+    let groups: Vec<(&Ident, Option<&syn::Type>, Option<&syn::Expr>)> = def
+        .params
+        .iter()
+        .filter_map(|p| {
+            let (actor, size) = p.group.as_ref()?;
+            let actor = matches!(actor, syn::Type::Path(_)).then_some(actor);
+            Some((&p.name, actor, size.as_ref()))
+        })
+        .collect();
+    let params = |ready| -> Vec<TokenStream> {
+        groups
+            .iter()
+            .map(|&(n, a, size)| launch_param(n, a, size, ready))
+            .collect()
+    };
+    let (group_params, actors_params) = (params(true), params(false));
     let inputs: Vec<TokenStream> = def
         .params
         .iter()
-        .filter_map(|p| match &p.group {
-            Some(_) => None,
-            None => {
-                let (n, ty) = (&p.name, &p.ty);
-                Some(quote!(#n: #ty))
-            }
+        .filter(|p| p.group.is_none())
+        .map(|p| {
+            let (n, ty) = (&p.name, &p.ty);
+            quote!(#n: #ty)
         })
         .collect();
+    let group_names = groups.iter().map(|(n, ..)| n.to_string());
+    // Teardown's types are known from the groups alone, so code that uses them infers.
+    let actor_ty = |a: Option<&syn::Type>| match a {
+        Some(a) => quote!(#a),
+        None => quote!(_),
+    };
+    let vecs: Vec<TokenStream> = groups
+        .iter()
+        .map(|&(_, a, _)| {
+            let a = actor_ty(a);
+            quote!(#rt::Vec<#a>)
+        })
+        .collect();
+    let eaches: Vec<TokenStream> = groups
+        .iter()
+        .map(|&(_, a, _)| {
+            let a = actor_ty(a);
+            quote!(#rt::Vec<#rt::Result<#a, #rt::Error>>)
+        })
+        .collect();
+    let all_known = groups.iter().all(|(_, a, _)| a.is_some());
+    let (torn, each) = match (vecs.len(), all_known) {
+        (1, true) => (vecs[0].clone(), eaches[0].clone()),
+        (_, true) => (quote!((#(#vecs),*)), quote!((#(#eaches),*))),
+        // `_` cannot be a return type: an unknown actor type leaves the caller to say.
+        (_, false) => (quote!(__T), quote!(__T)),
+    };
+    let generic = (!all_known).then(|| quote!(<__T>));
+    let out = quote!(#rt::Result<#rt::Vec<__O>, #rt::Error>);
     quote! {
         #(#attrs)*
         #vis struct #name {
@@ -808,24 +951,54 @@ pub(crate) fn fallback(def: &GraphDef) -> TokenStream {
 
         #[allow(unused_variables, clippy::all)]
         impl #name {
+            /// The actor groups of this graph, in declaration order.
+            pub const GROUPS: &'static [&'static ::core::primitive::str] = &[#(#group_names),*];
             /// Not available: the graph has errors.
-            pub fn launch<__B>(#(#groups,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
+            pub fn launch<__B>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
                 ::core::unreachable!()
             }
             /// Not available: the graph has errors.
-            pub fn execute<__O>(&mut self, #(#inputs),*) -> #rt::Result<#rt::Vec<__O>, #rt::Error> {
+            pub fn launch_with<__B>(#(#group_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
                 ::core::unreachable!()
             }
             /// Not available: the graph has errors.
-            pub fn execute_timeout<__O>(&mut self, #(#inputs,)* timeout: #rt::Duration) -> #rt::Result<#rt::Vec<__O>, #rt::Error> {
+            pub fn launch_actors<__B>(#(#actors_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
                 ::core::unreachable!()
             }
             /// Not available: the graph has errors.
-            pub fn teardown<__T>(self) -> #rt::Result<__T, #rt::Error> {
+            pub fn execute<__O>(&mut self, #(#inputs),*) -> #out {
                 ::core::unreachable!()
             }
             /// Not available: the graph has errors.
-            pub fn teardown_each<__T>(self) -> __T {
+            pub fn execute_timeout<__O>(&mut self, #(#inputs,)* timeout: #rt::Duration) -> #out {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn execute_async<__O: 'static>(&mut self, #(#inputs),*) -> impl ::core::future::Future<Output = #out> + '_ {
+                ::core::future::pending()
+            }
+            /// Not available: the graph has errors.
+            pub fn submit(&mut self, #(#inputs),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn wait<__O>(&mut self, ticket: #rt::Ticket) -> #out {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn wait_async<__O: 'static>(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #out> + '_ {
+                ::core::future::pending()
+            }
+            /// Not available: the graph has errors.
+            pub fn in_flight(&self) -> ::core::primitive::usize {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn teardown #generic (self) -> #rt::Result<#torn, #rt::Error> {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn teardown_each #generic (self) -> #each {
                 ::core::unreachable!()
             }
             /// Not available: the graph has errors.

@@ -9,6 +9,7 @@ use quote::ToTokens;
 
 use super::ir::{Graph, OpKind, Place, ValueId};
 use super::schedule::{Route, Schedule};
+use crate::diag::tidy;
 
 const CROSS: &str = "#c0392b";
 
@@ -155,7 +156,7 @@ impl Dot<'_> {
         };
         match &g.ops[i].kind {
             OpKind::Tuple { parts } => parts.iter().for_each(|&p| self.producers(p, into)),
-            OpKind::Fields { src } => self.producers(*src, into),
+            OpKind::Fields { src, .. } => self.producers(*src, into),
             _ => into.push(format!("op{i}")),
         }
     }
@@ -209,28 +210,4 @@ fn quoted_raw(s: &str) -> String {
     }
     out.push('"');
     out
-}
-
-/// A type or expression as a person writes it, from its token string.
-pub(crate) fn tidy(s: &str) -> String {
-    let mut t = s.to_string();
-    for (from, to) in [
-        (" < ", "<"),
-        ("< ", "<"),
-        (" <", "<"),
-        (" >", ">"),
-        (" :: ", "::"),
-        (":: ", "::"),
-        (" ,", ","),
-        ("& ", "&"),
-        ("( ", "("),
-        (" )", ")"),
-        ("[ ", "["),
-        (" ]", "]"),
-        (" ;", ";"),
-        (" . ", "."),
-    ] {
-        t = t.replace(from, to);
-    }
-    t
 }

@@ -14,8 +14,8 @@ use syn::spanned::Spanned;
 
 use super::ops::{self, CollectiveSpec, Kind, OpName, Param, Root, REDUCE_OPS};
 use super::parse::GraphDef;
-use crate::actor::marker_module;
-use crate::diag::Diag;
+use crate::diag::{tidy, Diag};
+use crate::rt;
 
 pub(crate) type ValueId = usize;
 
@@ -26,19 +26,61 @@ pub(crate) struct Graph<'a> {
     pub(crate) values: Vec<Value>,
     pub(crate) ops: Vec<Op>,
     pub(crate) output: Output,
+    /// Value types checked in a constant of the graph (`Checked<K>`, see codegen).
+    pub(crate) checks: Vec<Check>,
+    /// The second parameter of the graph's `Checked` impls (see `checked_type`).
+    pub(crate) privacy: TokenStream,
+}
+
+/// `<Graph as Checked<K, P>>::Type`: the type of check `k`. `P` is the tuple of every
+/// type the graph's declaration names (its actor and input types), which makes the
+/// `Checked` impls no more public than the least public of them: their associated types
+/// name those types, and a public graph over a private actor type must still compile.
+pub(crate) fn checked_type(graph: &Ident, privacy: &TokenStream, k: usize) -> TokenStream {
+    let rt = rt::path();
+    quote!(<#graph as #rt::Checked<#k, #privacy>>::Type)
+}
+
+/// The types a graph's declaration names, as a tuple of pointers to them (well-formed
+/// whatever they are; see `checked_type`).
+fn privacy(def: &GraphDef) -> TokenStream {
+    let tys = def.params.iter().filter_map(|p| match &p.group {
+        Some((actor @ syn::Type::Path(_), _)) => Some(actor),
+        Some(_) => None,
+        None => Some(&p.ty),
+    });
+    quote!((#(*const #tys,)*))
+}
+
+/// A value type that must satisfy a bound, checked once, at the user's `at`.
+pub(crate) struct Check {
+    pub(crate) ty: TokenStream,
+    pub(crate) at: Span,
+    pub(crate) kind: CheckKind,
+}
+
+pub(crate) enum CheckKind {
+    /// An `allgather` takes it: `Gather`.
+    Gather,
+    /// It leaves its actor's thread (an output, a value sent to other actors): `Send`.
+    Send,
+    /// A graph input, cloned for every actor that reads it: `Clone + Send + 'static`.
+    Input,
+    /// `let (a, b, ..) = ` takes it apart: a tuple of that many fields.
+    Fields(usize),
 }
 
 pub(crate) struct GroupDecl {
     pub(crate) name: Ident,
-    pub(crate) actor: syn::Path,
+    pub(crate) actor: syn::Type,
+    /// The actor type as written, for messages and the picture.
+    pub(crate) actor_text: String,
     /// The size of a fixed-size group (`[Worker; 2]`): its expression, and its value when
     /// that is an integer literal.
     pub(crate) size: Option<(syn::Expr, Option<usize>)>,
     /// The actor indices the graph uses (`workers[1]`), each once, with its first span;
     /// checked against the group's size at launch (or at compile time when it is known).
     pub(crate) indices: Vec<(usize, Span)>,
-    /// The path of the actor's method markers (`#[actor]`'s module).
-    pub(crate) markers: syn::Path,
     /// The number of collective stages this group runs, and their names.
     pub(crate) stages: Vec<String>,
     /// The rooted stages' names and roots, checked against the group's size at launch.
@@ -48,6 +90,8 @@ pub(crate) struct GroupDecl {
 pub(crate) struct InputDecl {
     pub(crate) name: Ident,
     pub(crate) ty: syn::Type,
+    /// `ty`, checked to be a valid input (`Clone + Send + 'static`): what the actors get.
+    pub(crate) checked: TokenStream,
     pub(crate) value: ValueId,
 }
 
@@ -100,6 +144,8 @@ impl Op {
 
 pub(crate) enum OpKind {
     Call {
+        /// The graph's `MethodCall` index of this call.
+        call: usize,
         method: Ident,
         /// How the receiver is written: `workers` or `workers[0]`.
         receiver: String,
@@ -116,17 +162,22 @@ pub(crate) enum OpKind {
         args: Vec<ValueId>,
         /// The user's expression for each argument, for error spans.
         arg_spans: Vec<Span>,
+        /// For an `allgather`, the check of each argument's type (`Checked<K>`).
+        checks: Vec<usize>,
         stage: usize,
         span: Span,
     },
     /// `outs[0] = (parts..)`
     Tuple { parts: Vec<ValueId> },
-    /// `outs = src.0, src.1, ..` (destructuring)
-    Fields { src: ValueId },
+    /// `outs = src.0, src.1, ..` (destructuring), `src`'s type checked by `check`, unless
+    /// it is a tuple the graph built.
+    Fields { src: ValueId, check: Option<usize> },
 }
 
 pub(crate) struct Output {
     pub(crate) parts: Vec<ValueId>,
+    /// Each part's type, checked `Send` (it goes back to the caller's thread).
+    pub(crate) tys: Vec<TokenStream>,
     pub(crate) tuple: bool,
 }
 
@@ -156,10 +207,19 @@ struct Lowerer<'d> {
     defined_later: HashMap<String, Span>,
     /// The op that produced a value, for tuple-field types.
     producer: HashMap<ValueId, usize>,
+    /// The graph's type, which numbers its method calls (`MethodCall<K>`).
+    graph: &'d Ident,
+    calls: usize,
+    checks: Vec<Check>,
+    privacy: TokenStream,
 }
 
 pub(crate) fn lower<'a>(def: &'a GraphDef, diag: &mut Diag) -> Option<Graph<'a>> {
     let mut l = Lowerer {
+        graph: &def.name,
+        calls: 0,
+        checks: Vec::new(),
+        privacy: privacy(def),
         diag,
         groups: Vec::new(),
         inputs: Vec::new(),
@@ -186,6 +246,8 @@ pub(crate) fn lower<'a>(def: &'a GraphDef, diag: &mut Diag) -> Option<Graph<'a>>
         values: l.values,
         ops: l.ops,
         output,
+        checks: l.checks,
+        privacy: l.privacy,
     })
 }
 
@@ -234,26 +296,22 @@ impl Lowerer<'_> {
             let group = p.group.as_ref().map(|(elem, len)| (elem, len.as_ref()));
             match (&p.ty, group) {
                 (_, Some((elem, len))) => {
-                    let Some(actor) = actor_path(elem) else {
+                    if !matches!(elem, syn::Type::Path(_)) {
                         self.diag.error_at(
                             elem,
-                            "an actor group's type is a path to an `#[actor]` type without generic arguments, e.g. `[Worker]`",
+                            "an actor group's type is a path to a type with an `#[actor]` impl block, e.g. `[Worker]` or `[model::Worker<f32>]`",
                         );
                         self.declare(&p.name, Binding::Failed);
                         continue;
-                    };
-                    let size = len.map(|len| (len.clone(), int_literal(len)));
-                    let mut markers = actor.clone();
-                    if let Some(last) = markers.segments.last_mut() {
-                        last.ident = marker_module(&last.ident);
                     }
+                    let size = len.map(|len| (len.clone(), int_literal(len)));
                     let idx = self.groups.len();
                     self.groups.push(GroupDecl {
                         name: p.name.clone(),
-                        actor,
+                        actor: elem.clone(),
+                        actor_text: tidy(&elem.to_token_stream().to_string()),
                         size,
                         indices: Vec::new(),
-                        markers,
                         stages: Vec::new(),
                         roots: Vec::new(),
                     });
@@ -266,9 +324,11 @@ impl Lowerer<'_> {
                         Place::Input,
                         quote!(#ty),
                     );
+                    let k = self.check(quote!(#ty), ty.span(), CheckKind::Input);
                     self.inputs.push(InputDecl {
                         name: p.name.clone(),
                         ty: ty.clone(),
+                        checked: checked_type(self.graph, &self.privacy, k),
                         value: v,
                     });
                     self.declare(&p.name, Binding::Value(v));
@@ -371,7 +431,7 @@ impl Lowerer<'_> {
                         }
                         parts
                     }
-                    Lowered::One(src) => match self.fields(src, names.len()) {
+                    Lowered::One(src) => match self.fields(src, names.len(), t) {
                         Some(parts) => parts,
                         None => return self.fail_names(&names),
                     },
@@ -463,7 +523,15 @@ impl Lowerer<'_> {
         }
     }
 
-    fn fields(&mut self, src: ValueId, n: usize) -> Option<Vec<ValueId>> {
+    /// Checks `ty` once, at `at` (see `Check`).
+    fn check(&mut self, ty: TokenStream, at: Span, kind: CheckKind) -> usize {
+        self.checks.push(Check { ty, at, kind });
+        self.checks.len() - 1
+    }
+
+    /// Destructures `src` into `n` values; `pat` is the user's pattern, where a value that
+    /// is not a tuple of `n` fields gets its one error.
+    fn fields(&mut self, src: ValueId, n: usize, pat: &syn::PatTuple) -> Option<Vec<ValueId>> {
         let place = self.values[src].place;
         if place == Place::Input {
             self.diag.error(
@@ -482,19 +550,38 @@ impl Lowerer<'_> {
                     }
                     _ => None,
                 });
-        let outs: Vec<ValueId> = (0..n)
-            .map(|i| {
-                let ty = match &known {
-                    Some(tys) if tys.len() == n => tys[i].clone(),
-                    _ => quote!(<#src_ty as ::actorgraph::__private::TupleField<#i>>::Type),
-                };
+        let (tys, check) = match known {
+            Some(tys) if tys.len() == n => (tys, None),
+            Some(tys) => {
+                self.diag.error_at(
+                    pat,
+                    format!(
+                        "this pattern has {n} names but the value has {} parts",
+                        tys.len()
+                    ),
+                );
+                return None;
+            }
+            None => {
+                let k = self.check(src_ty, pat.span(), CheckKind::Fields(n));
+                let (rt, checked) = (rt::path(), checked_type(self.graph, &self.privacy, k));
+                let tys = (0..n)
+                    .map(|i| quote!(<#checked as #rt::TupleField<#i>>::Type))
+                    .collect();
+                (tys, Some(k))
+            }
+        };
+        let outs: Vec<ValueId> = tys
+            .into_iter()
+            .enumerate()
+            .map(|(i, ty)| {
                 let label = format!("{}.{i}", self.values[src].label);
                 self.new_value(None, label, place, ty)
             })
             .collect();
         self.ops.push(Op {
             place,
-            kind: OpKind::Fields { src },
+            kind: OpKind::Fields { src, check },
             outs: outs.clone(),
         });
         Some(outs)
@@ -506,8 +593,15 @@ impl Lowerer<'_> {
             Lowered::One(v) => (vec![v], false),
             Lowered::Parts(p) => (p, true),
         };
+        let spans: Vec<Span> = match e {
+            syn::Expr::Tuple(t) if t.elems.len() == parts.len() => {
+                t.elems.iter().map(|e| e.span()).collect()
+            }
+            _ => vec![e.span(); parts.len()],
+        };
         let mut ok = true;
-        for &p in &parts {
+        let mut tys = Vec::new();
+        for (&p, &at) in parts.iter().zip(&spans) {
             if self.values[p].place == Place::Input {
                 let name = &self.values[p].ident;
                 self.diag.error(
@@ -518,8 +612,10 @@ impl Lowerer<'_> {
                 );
                 ok = false;
             }
+            let k = self.check(self.values[p].ty.clone(), at, CheckKind::Send);
+            tys.push(checked_type(self.graph, &self.privacy, k));
         }
-        ok.then_some(Output { parts, tuple })
+        ok.then_some(Output { parts, tys, tuple })
     }
 
     fn expr(&mut self, e: &syn::Expr) -> Option<Lowered> {
@@ -612,9 +708,11 @@ impl Lowerer<'_> {
         let place = place?;
         let arg_ids: Vec<ValueId> = args.into_iter().collect::<Option<_>>()?;
         let group = place.group().unwrap_or(0);
-        let decl = &self.groups[group];
-        let (actor, markers, method) = (&decl.actor, &decl.markers, &m.method);
-        let ty = quote_spanned!(method.span()=> <#actor as ::actorgraph::__private::Method<#markers::#method>>::Output);
+        let (actor, method, graph) = (&self.groups[group].actor, &m.method, self.graph);
+        let call = self.calls;
+        self.calls += 1;
+        let rt = rt::path();
+        let ty = quote_spanned!(method.span()=> <#actor as #rt::Signature<<#graph as #rt::MethodCall<#call>>::Method>>::Output);
         let receiver = show(&m.receiver);
         let label = format!("{receiver}.{method}(..)");
         let out = self.new_value(None, label, place, ty);
@@ -622,6 +720,7 @@ impl Lowerer<'_> {
         self.ops.push(Op {
             place,
             kind: OpKind::Call {
+                call,
                 method: m.method.clone(),
                 receiver,
                 args: arg_ids,
@@ -836,12 +935,30 @@ impl Lowerer<'_> {
             self.groups[group].roots.push((name.clone(), root.rank));
         }
         self.groups[group].stages.push(name.clone());
+        // An `allgather` value's type is checked once, in a constant: its output type
+        // (`<T as Gather>::Gathered`) goes through that check, so a type that cannot be
+        // gathered gets one error, at the user's argument, and nothing derived from it does.
+        let checks: Vec<usize> = match spec.kind {
+            Kind::Gather => ins
+                .iter()
+                .zip(&exprs)
+                .map(|(&v, e)| self.check(self.values[v].ty.clone(), e.span(), CheckKind::Gather))
+                .collect(),
+            _ => Vec::new(),
+        };
         let outs: Vec<ValueId> = ins
             .iter()
             .zip(&exprs)
             .enumerate()
             .map(|(i, (&v, e))| {
-                let ty = output_type(spec.kind, &self.values[v].ty, e.span());
+                let ty = match checks.get(i) {
+                    Some(&k) => {
+                        let (rt, checked) =
+                            (rt::path(), checked_type(self.graph, &self.privacy, k));
+                        quote_spanned!(e.span()=> <#checked as #rt::Gather>::Gathered)
+                    }
+                    None => output_type(spec.kind, &self.values[v].ty),
+                };
                 let label = if nested {
                     format!("{name}.{i}")
                 } else {
@@ -861,6 +978,7 @@ impl Lowerer<'_> {
                 root,
                 args: ins,
                 arg_spans: exprs.iter().map(|e| e.span()).collect(),
+                checks,
                 stage,
                 span: c.span(),
             },
@@ -1037,22 +1155,12 @@ fn looks_like_op(e: &syn::Expr) -> bool {
     }
 }
 
-/// The type a collective of `kind` makes of a value of type `ty`, spanned at the user's
-/// argument so that a type that cannot go through it gets its error there.
-fn output_type(kind: Kind, ty: &TokenStream, at: Span) -> TokenStream {
+/// The type a collective of `kind` (other than `allgather`, whose type is checked) makes
+/// of a value of type `ty`.
+fn output_type(kind: Kind, ty: &TokenStream) -> TokenStream {
     match kind {
-        Kind::InPlace | Kind::Scatter => ty.clone(),
-        Kind::Gather => quote_spanned!(at=> <#ty as ::actorgraph::Gather>::Gathered),
         Kind::Rooted => quote!(::core::option::Option<#ty>),
-    }
-}
-
-fn actor_path(ty: &syn::Type) -> Option<syn::Path> {
-    match ty {
-        syn::Type::Path(p) if p.qself.is_none() && p.path.segments.last()?.arguments.is_none() => {
-            Some(p.path.clone())
-        }
-        _ => None,
+        _ => ty.clone(),
     }
 }
 

@@ -12,8 +12,10 @@ use std::collections::HashMap;
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
-use super::codegen::{at_user, collective_expr, respan, rt, stage_code, GroupPlan};
-use super::ir::{Graph, OpKind, Place, ValueId};
+use super::codegen::{
+    at_user, collective_expr, edge_type, respan, rt, stage_code, GroupPlan, StageValue,
+};
+use super::ir::{checked_type, Graph, OpKind, Place, ValueId};
 use super::schedule::{Item, Route, Schedule};
 
 /// A local of the generated step.
@@ -38,7 +40,7 @@ pub(crate) fn name(g: &Graph, group: usize) -> Ident {
 /// edge index.
 pub(crate) fn links_type(g: &Graph, sched: &Schedule) -> TokenStream {
     let rt = rt();
-    let tys = sched.edges.iter().map(|e| &g.values[e.value].ty);
+    let tys = (0..sched.edges.len()).map(|e| edge_type(g, e));
     quote!((#(#rt::Arc<#rt::Edge<#tys>>,)*))
 }
 
@@ -73,12 +75,11 @@ pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStrea
     let decl = &g.groups[p.index];
     let actor = &decl.actor;
     let step = name(g, p.index);
-    let in_tys: Vec<&syn::Type> = p.inputs.iter().map(|&i| &g.inputs[i].ty).collect();
+    let in_tys: Vec<&TokenStream> = p.inputs.iter().map(|&i| &g.inputs[i].checked).collect();
     let bind_inputs = p.inputs.iter().enumerate().map(|(k, &i)| {
-        let inp = &g.inputs[i];
-        let (n, t) = (&inp.name, &inp.ty);
+        let n = &g.inputs[i].name;
         let k = syn::Index::from(k);
-        quote!(let #n: &#t = &__inputs.#k;)
+        quote!(let #n = &__inputs.#k;)
     });
     let links = links_type(g, sched);
     let out_ty = &p.out_ty;
@@ -124,7 +125,7 @@ impl Gen<'_> {
                         OpKind::Call { args, .. } => args.clone(),
                         OpKind::Collective { args, .. } => args.clone(),
                         OpKind::Tuple { parts } => parts.clone(),
-                        OpKind::Fields { src } => vec![*src],
+                        OpKind::Fields { src, .. } => vec![*src],
                     };
                     for v in reads {
                         if let Some(l) = self.arg_local(v, op.place) {
@@ -232,14 +233,14 @@ impl Gen<'_> {
         };
         match &op.kind {
             OpKind::Call {
+                call,
                 method,
                 args,
                 arg_spans,
                 parens,
                 ..
             } => {
-                let decl = &g.groups[self.group];
-                let (actor, markers) = (&decl.actor, &decl.markers);
+                let graph = &g.def.name;
                 // A single-actor value is taken out of its `Option` first, so that a type
                 // error on it reads as a plain mismatch at the user's argument.
                 let mut held = Vec::new();
@@ -269,7 +270,10 @@ impl Gen<'_> {
                 // A wrong argument count or type points at the user's `method(..)`.
                 let args = quote_spanned!(*parens=> (#(#args,)*));
                 let ctx = Ident::new("__ctx", Span::call_site().located_at(method.span()));
-                let call = quote_spanned!(method.span()=> call::<#actor, #markers::#method>);
+                // The actor type is inferred from `__actor`: an unmet bound of the call (a
+                // by-value parameter that is not `Clone`) is then reported at the user's
+                // method, and an unknown actor type only where it is written.
+                let call = quote_spanned!(method.span()=> call::<_, <#graph as #rt::MethodCall<#call>>::Method>);
                 let call_args = quote_spanned!(*parens=> (__actor, #args));
                 let call = quote!(#ctx.#call #call_args?);
                 match on_rank {
@@ -292,23 +296,23 @@ impl Gen<'_> {
                 stage,
                 span,
                 arg_spans,
+                checks,
             } => {
                 self.sync_point(quote!(#rt::SyncPoint::Stage(#stage)));
-                let vals: Vec<Ident> = args
+                let vals: Vec<StageValue> = args
                     .iter()
                     .zip(arg_spans)
-                    .map(|(&a, &s)| at_user(&self.borrow(Local::Value(a)), s))
+                    .enumerate()
+                    .map(|(i, (&a, &span))| StageValue {
+                        ident: at_user(&self.borrow(Local::Value(a)), span),
+                        span,
+                        checked: checks
+                            .get(i)
+                            .map(|&k| checked_type(&g.def.name, &g.privacy, k)),
+                    })
                     .collect();
                 let collective = collective_expr(spec, reduce.as_ref(), root.as_ref(), *span);
-                stage_code(
-                    spec.kind,
-                    *stage,
-                    &outs,
-                    &vals,
-                    arg_spans,
-                    &collective,
-                    root.as_ref(),
-                )
+                stage_code(spec.kind, *stage, &outs, &vals, &collective, root.as_ref())
             }
             OpKind::Tuple { parts } => {
                 let at = Span::call_site();
@@ -335,8 +339,21 @@ impl Gen<'_> {
                     },
                 }
             }
-            OpKind::Fields { src } => {
+            OpKind::Fields { src, check } => {
                 let src = self.own(Local::Value(*src), Span::call_site());
+                // A checked value is named by its checked type, which is an error (and
+                // silent) when the check failed.
+                let src = match check {
+                    Some(k) => {
+                        let ty = checked_type(&g.def.name, &g.privacy, *k);
+                        let ty = match on_rank {
+                            None => ty,
+                            Some(_) => quote!(#rt::Option<#ty>),
+                        };
+                        quote!(#rt::checked::<#ty>(#src))
+                    }
+                    None => src,
+                };
                 match on_rank {
                     None => quote!(let (#(#outs,)*) = #src;),
                     Some(_) => {
@@ -372,9 +389,12 @@ impl Gen<'_> {
         // function named at the user's argument gives the one error, there (rustc merges
         // it with the same error of `own_held`).
         let clone_fn = respan(quote!(, #rt::clone_value), span);
+        // The edge's type is checked `Send`: named here, so that when the check failed
+        // the send is an error type too, and silent.
+        let ty = edge_type(self.g, e);
         let (send, clone_fn) = match edge.route {
-            Route::Fan { .. } => (quote!(send_each), clone_fn),
-            _ => (quote!(send), quote!()),
+            Route::Fan { .. } => (quote!(send_each::<#ty>), clone_fn),
+            _ => (quote!(send::<#ty>), quote!()),
         };
         // Every actor of the group sends on a zip edge; on the others, only the one that
         // holds the value (a single-actor value, or the rank a single actor reads).
@@ -399,7 +419,8 @@ impl Gen<'_> {
         let at = self.sync_point(quote!(#rt::SyncPoint::Recv(#e)));
         let idx = syn::Index::from(e);
         let landed = self.ident(Local::Landed(e));
-        let recv = quote!(__ctx.recv(#at, &*__links.#idx)?);
+        let ty = edge_type(self.g, e);
+        let recv = quote!(__ctx.recv::<#ty>(#at, &*__links.#idx)?);
         match (edge.route, edge.to) {
             (
                 Route::Fan {

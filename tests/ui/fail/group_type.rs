@@ -10,7 +10,7 @@ impl Worker {
 }
 
 graph! {
-    G(workers: [Vec<Worker>]) {
+    G(workers: [(Worker, Worker)]) {
         let c = workers.comp1();
         allreduce(c)
     }

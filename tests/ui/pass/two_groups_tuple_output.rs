@@ -31,7 +31,7 @@ graph! {
 }
 
 fn main() {
-    let trainers = (0..2).map(|rank| Trainer { rank }).collect();
+    let trainers: Vec<Trainer> = (0..2).map(|rank| Trainer { rank }).collect();
     let mut m = Mixed::launch(trainers, vec![Evaluator, Evaluator], Cpu).unwrap();
     let out: Vec<(Tensor<i64>, Tensor<f32>)> = m.execute(Tensor::full([1], 1.0)).unwrap();
     assert_eq!(out[1].0.to_vec(), vec![7]);

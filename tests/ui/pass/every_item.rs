@@ -1,0 +1,61 @@
+//! The code of `fail/fallback_every_item.rs`, which uses every item of a graph, against
+//! the graph without its error: the fallback of a graph with errors has the same API.
+use actorgraph::prelude::*;
+use std::time::Duration;
+
+struct Worker;
+
+#[actor]
+impl Worker {
+    fn comp1(&mut self, x: &Tensor<f32>) -> Tensor<f32> {
+        x.clone()
+    }
+}
+
+struct Head;
+
+#[actor]
+impl Head {
+    fn score(&mut self) -> f32 {
+        1.0
+    }
+}
+
+graph! {
+    G(workers: [Worker], heads: [Head; 2], x: Tensor<f32>) {
+        let c = workers.comp1(x);
+        let s = heads.score();
+        (allreduce(c, Avg), s)
+    }
+}
+
+async fn run_async(g: &mut G, x: Tensor<f32>) -> Result<usize, Error> {
+    let out: Vec<(Tensor<f32>, f32)> = g.execute_async(x.clone()).await?;
+    let ticket = g.submit(x)?;
+    let again: Vec<(Tensor<f32>, f32)> = g.wait_async(ticket).await?;
+    Ok(out.len() + again.len())
+}
+
+fn main() -> Result<(), Error> {
+    assert_eq!(G::GROUPS, ["workers", "heads"]);
+    println!("{}", G::to_dot());
+    let mut g = G::launch(vec![Worker, Worker], [Head, Head], Cpu)?;
+    let options = LaunchOptions::default().max_in_flight(2);
+    let mut h = G::launch_with(vec![Worker, Worker], [Head, Head], Cpu, options)?;
+    let made = G::launch_actors(Actors::each(2, |_, _| Worker), [Head, Head].into(), Cpu, options)?;
+    drop(made);
+    let out: Vec<(Tensor<f32>, f32)> = g.execute(Tensor::zeros([1]))?;
+    let late: Vec<(Tensor<f32>, f32)> = g.execute_timeout(Tensor::zeros([1]), Duration::from_secs(1))?;
+    let ticket = h.submit(Tensor::zeros([1]))?;
+    assert_eq!(h.in_flight(), 1);
+    let waited: Vec<(Tensor<f32>, f32)> = h.wait(ticket)?;
+    drop(run_async(&mut h, Tensor::zeros([1])));
+    assert_eq!(out.len() + late.len() + waited.len(), 6);
+    let (workers, heads) = g.teardown()?;
+    assert_eq!(workers.len() + heads.len(), 4);
+    let (workers, heads) = h.teardown_each();
+    for w in workers.into_iter().chain(heads.into_iter().map(|h| h.map(|_| Worker))) {
+        let _worker: Worker = w?;
+    }
+    Ok(())
+}
