@@ -194,21 +194,24 @@ fn a_shape_mismatch_names_every_count_and_the_next_execute_works() {
     match &err {
         Error::ShapeMismatch {
             stage,
+            value,
             slot,
             counts,
+            shapes,
         } => {
             assert_eq!(*stage, "allreduce([a, b])");
-            assert_eq!(*slot, 0);
+            assert_eq!((*value, *slot), ("a", 0));
             assert_eq!(
                 counts,
                 &vec![(actorgraph::DType::F32, 10), (actorgraph::DType::F32, 20)]
             );
+            assert_eq!(shapes, &vec![vec![10], vec![20]]);
         }
         other => panic!("unexpected error {other:?}"),
     }
     assert_eq!(
         err.to_string(),
-        "shape mismatch in stage `allreduce([a, b])`, slot 0: rank 0 has 10 x f32, rank 1 has 20 x f32"
+        "shape mismatch in stage `allreduce([a, b])`, value `a` (slot 0): rank 0 has f32 [10], rank 1 has f32 [20]"
     );
     let out = g.execute([7, 7]).unwrap();
     assert_eq!(out[1].0.to_vec(), vec![2.0; 7]);

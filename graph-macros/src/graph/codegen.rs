@@ -643,13 +643,14 @@ pub(super) fn at_user(ident: &Ident, at: Span) -> Ident {
 /// through it gets exactly one error, there.
 pub(super) fn stage_code(
     kind: Kind,
-    stage: usize,
+    stage: (usize, &[&str]),
     outs: &[&Ident],
     vals: &[Ident],
     spans: &[Span],
     collective: &TokenStream,
     root: Option<&Root>,
 ) -> TokenStream {
+    let (stage, labels) = stage;
     let idx = (0..vals.len()).map(syn::Index::from);
     let mut adds = Vec::new();
     let mut packs = Vec::new();
@@ -689,7 +690,7 @@ pub(super) fn stage_code(
     }
     quote! {
         let (#(#outs,)*) = {
-            let mut __st = __ctx.stage(#stage);
+            let mut __st = __ctx.stage(#stage, &[#(#labels),*]);
             let __slots = (#(#adds,)*);
             __st.prepare();
             #(#packs)*

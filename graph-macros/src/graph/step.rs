@@ -300,9 +300,10 @@ impl Gen<'_> {
                     .map(|(&a, &s)| at_user(&self.borrow(Local::Value(a)), s))
                     .collect();
                 let collective = collective_expr(spec, reduce.as_ref(), root.as_ref(), *span);
+                let labels: Vec<&str> = args.iter().map(|&a| g.values[a].label.as_str()).collect();
                 stage_code(
                     spec.kind,
-                    *stage,
+                    (*stage, &labels),
                     &outs,
                     &vals,
                     arg_spans,

@@ -304,6 +304,14 @@ impl Barrier {
     pub(crate) fn abort(&self) {
         self.epoch.abort();
     }
+
+    /// How many times the barrier has opened: read by a party before it waits, the same
+    /// number on every party of the generation that wait completes (the count cannot move
+    /// before every party, this one included, has arrived), and a different one for any
+    /// other generation.
+    pub(crate) fn generation(&self) -> u64 {
+        self.epoch.current()
+    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -136,6 +136,7 @@ fn stage_pair(lens: [usize; 2], fail: [bool; 2]) -> Vec<(Result<(), StageError>,
                         Status::Ok
                     },
                     slots: &slots,
+                    dims: &[],
                     data: &input_data,
                 };
                 let mut regions = [f32::region_mut(&mut data)];
