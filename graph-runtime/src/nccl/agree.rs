@@ -163,7 +163,6 @@ impl Board {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::comm::Disagreement;
     use crate::{DType, ReduceOp};
     use std::sync::Arc;
 
@@ -288,5 +287,53 @@ mod tests {
             board.agree(1, &header, SUM),
             Err(StageError::Aborted)
         ));
+    }
+
+    /// A rank that agrees while its peer confirms a launch (their barriers pair up) is
+    /// found out on both, instead of reading the other's post of another round; a failed
+    /// rank may join a stage under any collective.
+    #[test]
+    fn calls_out_of_step_are_found_on_every_rank() {
+        let board = Arc::new(Board::new(2));
+        let header = |status| Header {
+            status,
+            slots: &[],
+            dims: &[],
+            data: &[],
+        };
+        let threads: Vec<_> = (0..2)
+            .map(|rank| {
+                let board = Arc::clone(&board);
+                std::thread::spawn(move || {
+                    // A failed rank 1 under another collective still pairs up.
+                    let (status, collective) = match rank {
+                        0 => (Status::Ok, SUM),
+                        _ => (Status::Failed, Collective::AllGather),
+                    };
+                    let failed = board.agree(rank, &header(status), collective);
+                    let out_of_step = match rank {
+                        0 => board.agree(rank, &header(Status::Ok), SUM),
+                        _ => board.confirm(rank, true),
+                    };
+                    (failed, out_of_step)
+                })
+            })
+            .collect();
+        for t in threads {
+            let (failed, out_of_step) = t.join().unwrap();
+            assert!(
+                matches!(
+                    failed,
+                    Err(StageError::Disagreed(Disagreement::Failed { rank: 1 }))
+                ),
+                "{failed:?}"
+            );
+            match out_of_step {
+                Err(StageError::Disagreed(Disagreement::Calls { calls })) => {
+                    assert_eq!(calls, [Some(Call::Stage(SUM)), Some(Call::Launched)])
+                }
+                other => panic!("expected the calls to disagree, got {other:?}"),
+            }
+        }
     }
 }

@@ -438,9 +438,10 @@ impl Communicator for NcclComm {
             )));
         }
         let mut raw = MaybeUninit::uninit();
-        // SAFETY: `raw` is written by a successful call and read only then; this thread has
-        // the GPU's context current (bound by `Device::new`); every rank calls with the
-        // same id and size and its own rank, as NCCL requires.
+        // SAFETY: `raw` is a local that nothing else refers to, written by a successful
+        // call and read only then; this thread has the GPU's context current (bound by
+        // `Device::new`); every rank calls with the same id and size and its own rank, as
+        // NCCL requires.
         let comm = unsafe {
             nccl::comm_init_rank(
                 raw.as_mut_ptr(),
@@ -600,7 +601,8 @@ fn regions_fit(
 fn host_bytes<'r>(r: &'r mut RegionMut<'_>) -> &'r mut [u8] {
     let bytes = r.len() * r.dtype().size();
     // SAFETY: the region is a `&mut [T]` of `len` plain-data elements of `dtype`, so
-    // `len * size` initialised bytes, borrowed mutably for `'r`.
+    // `len * size` initialised bytes that any byte pattern is valid for; the result
+    // reborrows `r` mutably for `'r`, so nothing else reads or writes them meanwhile.
     unsafe { std::slice::from_raw_parts_mut(r.as_mut_ptr(), bytes) }
 }
 
