@@ -8,6 +8,7 @@
 //! allreduce below and above the size from which ranks share one result buffer.
 #![forbid(unsafe_code)]
 
+use actorgraph::__private::{Group, Links, StepCtx, SyncPoint};
 use actorgraph::comm::{
     Call, Collective, CpuComm, Disagreement, Header, RegionMut, SharedBuffers, SlotData, SlotDesc,
     StageError, Status,
@@ -319,7 +320,7 @@ enum Order {
 /// stage's error.
 fn step(
     _worker: &mut Worker,
-    ctx: &mut actorgraph::__private::StepCtx<CpuComm>,
+    ctx: &mut StepCtx<CpuComm>,
     order: &Order,
 ) -> Result<Vec<f32>, Error> {
     let (a, b) = (Grad2([1.0, 2.0]), Tensor::full([3], 4.0f32));
@@ -350,24 +351,32 @@ fn step(
     Ok(a.0.iter().copied().chain(b.to_vec()).collect())
 }
 
+/// A group of `n` workers whose step, written by hand over `__private`, runs one fused
+/// stage.
+fn hand_written<I: Clone + Send + 'static, O: Send + 'static>(
+    n: usize,
+    step: fn(&mut Worker, &mut StepCtx<CpuComm>, &I) -> Result<O, Error>,
+) -> Group<Worker, I, O> {
+    let schedule = &[SyncPoint::Stage(0)];
+    Group::launch(
+        "workers",
+        1,
+        workers(n),
+        &Cpu,
+        &["stage"],
+        schedule,
+        &Links::new(),
+        step,
+    )
+    .unwrap()
+}
+
 /// Finding 5, and every other order a hand-written step could call a fused stage in:
 /// each is an error from `run`, none a panic or undefined behaviour, and the stage works
 /// again at the next execution.
 #[test]
 fn fused_stage_calls_out_of_order_are_an_error() {
-    use actorgraph::__private::{Group, Links, SyncPoint};
-    let links = Links::new();
-    let mut group = Group::launch(
-        "workers",
-        1,
-        workers(1),
-        &Cpu,
-        &["allreduce([a, b])"],
-        &[SyncPoint::Stage(0)],
-        &links,
-        step,
-    )
-    .unwrap();
+    let mut group = hand_written(1, step);
     let mut run = |order| {
         group.submit(order);
         group.collect(None).map(|mut out| out.remove(0))
@@ -419,4 +428,30 @@ fn every_rank_sees_a_transposed_shape() {
         }
         assert_eq!(region, vec![1.0; 6], "nothing reduced");
     }
+}
+
+/// Section 4 through a fused stage: each rank's own error from `run` (a hand-written
+/// step returns it as its output) is the shape mismatch, naming the value.
+#[test]
+fn every_rank_names_the_transposed_value() {
+    fn transposed(w: &mut Worker, ctx: &mut StepCtx<CpuComm>, _: &()) -> Result<String, Error> {
+        let shape = if w.rank == 0 { [2, 3] } else { [3, 2] };
+        let g = Tensor::full(shape, 1.0f32);
+        let mut st = ctx.stage(0, &["g"]);
+        let at = st.add(&g);
+        st.prepare();
+        st.pack(&g, at);
+        Ok(st
+            .run(SUM)
+            .map_or_else(|e| e.to_string(), |()| "reduced".into()))
+    }
+    let mut group = hand_written(2, transposed);
+    group.submit(());
+    for message in group.collect(None).unwrap() {
+        assert_eq!(
+            message,
+            "shape mismatch in stage `stage`, value `g` (slot 0): rank 0 has f32 [2, 3], rank 1 has f32 [3, 2]"
+        );
+    }
+    group.teardown().unwrap();
 }

@@ -637,7 +637,21 @@ crate::element::for_each_dtype!(region_mut);
 ///   elements: this rank's chunk of the value's reduction.
 ///
 /// An implementation may rely on this layout; [`Collective::output_len`] gives each output
-/// region's length.
+/// region's length. A value that [lends its elements](SlotData::lent) is not packed: its
+/// place in `regions` is there for its result only.
+///
+/// # Soundness
+///
+/// The trait is safe to implement and to call: safe code may call an implementation's
+/// methods in any order, with any arguments, on any rank, and it must stay sound. What the
+/// runtime hands an implementation never aliases: `regions` and `outputs` are exclusive,
+/// and [`Header::data`] holds either lent elements, a shared slice valid for the call and
+/// never inside a region, or the mark of a packed value, which the implementation reads
+/// from `regions` at its place. An implementation whose ranks read each other's memory
+/// must not trust that its peers made the same call: [`CpuComm`] ties each rank's post to
+/// one barrier round and one [`Call`], and dereferences nothing a peer posted until every
+/// rank is known to have made the same call for that round (a mismatch is
+/// [`Disagreement::Calls`] on every rank).
 pub trait Communicator: Send + 'static {
     /// This endpoint's rank.
     fn rank(&self) -> usize;
@@ -661,8 +675,9 @@ pub trait Communicator: Send + 'static {
 
     /// Whether this communicator takes its inputs from [`Header::data`] rather than from
     /// packed regions. When it does, a stage packs only the values that cannot lend their
-    /// elements in place (and `regions` hold results only); when it does not (the
-    /// default), every value is packed into `regions` first.
+    /// elements in place (their entries say so: [`SlotData::is_packed`]), and the places of
+    /// the lent ones in `regions` hold results only; when it does not (the default), every
+    /// value is packed into `regions` first.
     fn reads_in_place(&self) -> bool {
         false
     }
