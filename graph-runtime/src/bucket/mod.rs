@@ -487,15 +487,20 @@ macro_rules! regions {
             fn prepare(&mut self) {
                 $(self.$field.prepare();)*
             }
-            fn len_of(&mut self, d: DType) -> &mut usize {
-                match d { $(DType::$field => &mut self.$field.len,)* }
-            }
-            fn mark_place(&mut self, d: DType, device: bool) {
-                match d { $(DType::$field => if device {
-                    self.$field.device_values = true;
-                } else {
-                    self.$field.host_values = true;
-                },)* }
+            /// Makes room for `len` more elements of dtype `d` (on a GPU or not), and
+            /// returns their offset; `None` if the region's length overflows.
+            fn append(&mut self, d: DType, len: usize, device: bool) -> Option<usize> {
+                match d { $(DType::$field => {
+                    let r = &mut self.$field;
+                    let offset = r.len;
+                    r.len = offset.checked_add(len)?;
+                    if device {
+                        r.device_values = true;
+                    } else {
+                        r.host_values = true;
+                    }
+                    Some(offset)
+                })* }
             }
             /// Sizes each region for `collective`'s output from `inputs`' lengths; `None`
             /// if a length overflows.
@@ -702,16 +707,12 @@ impl FusedStage {
             self.misuse(format_args!("a value was added outside the layout phase"));
             return SlotIdx::NONE;
         }
-        let region_len = self.inputs.len_of(desc.dtype);
-        let offset = *region_len;
-        let Some(end) = offset.checked_add(desc.len) else {
+        let Some(offset) = self.inputs.append(desc.dtype, desc.len, device) else {
             self.misuse(format_args!(
                 "the values add up to more than usize::MAX elements"
             ));
             return SlotIdx::NONE;
         };
-        *region_len = end;
-        self.inputs.mark_place(desc.dtype, device);
         let slot = self.slots.len();
         self.slots.push(desc);
         self.dims.extend_from_slice(shape);

@@ -57,7 +57,7 @@ use super::{
     SharedBuffers, SlotData, SlotDesc, StageError, Status,
 };
 use crate::element::with_dtype;
-use crate::sync::prims::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize};
+use crate::sync::prims::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
 use crate::sync::Barrier;
 use crate::{DType, Element, Error, ReduceOp};
 
@@ -156,6 +156,8 @@ struct Post {
     /// Where each value's input elements are: `ndata` entries.
     data: AtomicPtr<SlotData<'static>>,
     ndata: AtomicUsize,
+    /// Bit `d`: whether `bufs[d]` holds a region of dtype index `d` (else there is none).
+    dtypes: AtomicU32,
     /// By dtype index: the input region's base pointer and length, and the output
     /// region's length (its address is never needed by a peer: each rank writes only its
     /// own output).
@@ -203,6 +205,7 @@ impl Post {
             ndims: AtomicUsize::new(0),
             data: AtomicPtr::new(std::ptr::null_mut()),
             ndata: AtomicUsize::new(0),
+            dtypes: AtomicU32::new(0),
             bufs: std::array::from_fn(|_| PostedBuf {
                 ptr: AtomicPtr::new(std::ptr::null_mut()),
                 len: AtomicUsize::new(0),
@@ -222,11 +225,18 @@ impl Post {
         let data: *const SlotData<'_> = header.data.as_ptr();
         self.data.store(data.cast_mut().cast(), Relaxed);
         self.ndata.store(header.data.len(), Relaxed);
-        for (posted, b) in self.bufs.iter().zip(bufs) {
-            posted.ptr.store(b.ptr, Relaxed);
-            posted.len.store(b.len, Relaxed);
-            posted.out_len.store(b.out_len, Relaxed);
+        // Only the dtypes passed: a stage of one dtype writes (and its peers read) one
+        // entry, not ten.
+        let mut mask = 0;
+        for (d, (posted, b)) in self.bufs.iter().zip(bufs).enumerate() {
+            if b.len > 0 || b.out_len > 0 {
+                mask |= 1 << d;
+                posted.ptr.store(b.ptr, Relaxed);
+                posted.len.store(b.len, Relaxed);
+                posted.out_len.store(b.out_len, Relaxed);
+            }
         }
+        self.dtypes.store(mask, Relaxed);
     }
 
     /// The header its owner published.
@@ -269,6 +279,9 @@ impl Post {
     /// Its owner's regions of dtype `d`: the input's base pointer and length, and the
     /// output's length.
     fn buf(&self, d: DType) -> (*mut u8, usize, usize) {
+        if self.dtypes.load(Relaxed) & (1 << d.index()) == 0 {
+            return (std::ptr::null_mut(), 0, 0);
+        }
         let b = &self.bufs[d.index()];
         (
             b.ptr.load(Relaxed),

@@ -540,9 +540,11 @@ pub fn agree<'a>(
     (0..size).try_for_each(|q| shapes(q).map(drop))?;
     // All but the first dimension, for a collective that concatenates along it.
     let skip = usize::from(collective == Collective::AllGather);
+    // Shapes of equal `ndim`, compared element by element: they are short, and a slice
+    // comparison calls memcmp for each, which costs more here than the whole loop.
     let same = |a: (&SlotDesc, &[usize]), b: (&SlotDesc, &[usize])| {
         (a.0.dtype, a.0.len, a.0.ndim) == (b.0.dtype, b.0.len, b.0.ndim)
-            && a.1.get(skip..) == b.1.get(skip..)
+            && a.1.iter().zip(b.1).skip(skip).all(|(x, y)| x == y)
     };
     let mut bad: Option<usize> = None;
     for q in 1..size {
