@@ -950,16 +950,11 @@ impl FusedStage {
 
     /// Takes part in the stage as a failed rank, so that the other ranks skip it too.
     pub(crate) fn skip<C: Communicator>(&mut self, comm: &mut C) {
-        let header = Header {
-            status: Status::Failed,
-            slots: &[],
-            dims: &[],
-            data: &[],
-        };
         // The verdict is "rank r failed" on every rank whatever the collective (a failed
-        // rank is the first thing the agreement checks); the caller already has its error.
+        // rank is the first thing the agreement checks, and its collective need not match
+        // the others'); the caller already has its error.
         let skip = Collective::AllReduce(crate::ReduceOp::Sum);
-        let _ = comm.stage(&header, skip, &mut [], &mut []);
+        let _ = comm.stage(&Header::FAILED, skip, &mut [], &mut []);
     }
 
     /// This rank's result for a value of an in-place collective (`allreduce`,

@@ -186,6 +186,17 @@ pub struct Header<'a> {
     pub data: &'a [SlotData<'a>],
 }
 
+impl Header<'static> {
+    /// The header of a rank that failed before the stage: no values. Every rank then skips
+    /// the payload, whatever the collective.
+    pub const FAILED: Header<'static> = Header {
+        status: Status::Failed,
+        slots: &[],
+        dims: &[],
+        data: &[],
+    };
+}
+
 impl<'a> Header<'a> {
     /// Each value's shape, in bucket order: its [`SlotDesc::ndim`] dimensions from
     /// [`dims`](Self::dims). `None` if `dims` does not hold exactly as many dimensions as

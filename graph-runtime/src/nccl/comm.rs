@@ -16,7 +16,7 @@ use super::device::share_pool_with_peers;
 use super::{alloc_zeros, gpu, set_current, Device};
 use crate::bucket::DevRegion;
 use crate::comm::{
-    AbortHandle, Collective, Communicator, Disagreement, Header, RegionMut, StageError, Status,
+    AbortHandle, Collective, Communicator, Disagreement, Header, RegionMut, StageError,
 };
 use crate::{DType, Error, ReduceOp};
 
@@ -273,13 +273,7 @@ impl NcclComm {
         // takes part as failed, so that every rank skips the stage.
         let fits = regions_fit(header, collective, self.size, regions, outputs);
         if let Err(why) = &fits {
-            let failed = Header {
-                status: Status::Failed,
-                slots: &[],
-                dims: &[],
-                data: &[],
-            };
-            let _ = self.agree(&failed, collective);
+            let _ = self.agree(&Header::FAILED, collective);
             return Err(StageError::Disagreed(why.clone()));
         }
         self.agree(header, collective)?;
