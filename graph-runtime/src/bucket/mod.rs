@@ -702,47 +702,52 @@ impl FusedStage {
         }
     }
 
-    fn push_slot(&mut self, desc: SlotDesc, shape: &[usize], device: bool) -> SlotIdx {
+    /// Appends a value of `dtype` and `shape`, `len` elements in `rows` rows, to the
+    /// layout. (Scalars rather than a `SlotDesc`: built by the caller and passed in memory,
+    /// it costs a stalled load per value.)
+    fn push_slot(
+        &mut self,
+        (dtype, len, rows): (DType, usize, usize),
+        shape: &[usize],
+        device: bool,
+    ) -> SlotIdx {
         if self.phase != Phase::Adding {
             self.misuse(format_args!("a value was added outside the layout phase"));
             return SlotIdx::NONE;
         }
-        let Some(offset) = self.inputs.append(desc.dtype, desc.len, device) else {
+        let Some(offset) = self.inputs.append(dtype, len, device) else {
             self.misuse(format_args!(
                 "the values add up to more than usize::MAX elements"
             ));
             return SlotIdx::NONE;
         };
         let slot = self.slots.len();
-        self.slots.push(desc);
+        let ndim = shape.len();
+        self.slots.push(SlotDesc {
+            dtype,
+            len,
+            rows,
+            ndim,
+        });
         self.dims.extend_from_slice(shape);
         self.places.push(Place {
             offset,
             device,
             handed: false,
         });
-        self.data.push(SlotData::packed(desc.dtype, desc.len));
+        self.data.push(SlotData::packed(dtype, len));
         SlotIdx {
             slot,
             offset,
-            len: desc.len,
+            len,
             device,
-        }
-    }
-
-    fn desc<T: Bucketable>(value: &T, rows: usize) -> SlotDesc {
-        SlotDesc {
-            dtype: <T::Elem as Element>::DTYPE,
-            len: value.bucket_len(),
-            rows,
-            ndim: value.shape().len(),
         }
     }
 
     /// Appends a value to the layout and returns its place.
     pub fn add<T: Bucketable>(&mut self, value: &T) -> SlotIdx {
-        let desc = Self::desc(value, value.bucket_len());
-        self.push_slot(desc, value.shape(), on_device(value))
+        let (dtype, len) = (<T::Elem as Element>::DTYPE, value.bucket_len());
+        self.push_slot((dtype, len, len), value.shape(), on_device(value))
     }
 
     /// [`add`](Self::add) for `allgather`.
@@ -752,8 +757,8 @@ impl FusedStage {
 
     /// [`add`](Self::add) for `reducescatter`: the header carries the value's rows too.
     pub fn add_scatter<T: Scatter>(&mut self, value: &T) -> SlotIdx {
-        let desc = Self::desc(value, value.rows());
-        self.push_slot(desc, value.shape(), on_device(value))
+        let (dtype, len) = (<T::Elem as Element>::DTYPE, value.bucket_len());
+        self.push_slot((dtype, len, value.rows()), value.shape(), on_device(value))
     }
 
     /// Ends the layout phase: `false` (and the misuse noted) when it was not in it.
