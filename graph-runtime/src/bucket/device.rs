@@ -314,7 +314,7 @@ impl FusedStage {
             .map_err(|e| self.stage_error(e, group))?;
         self.inputs.touch(stream);
         self.outputs.touch(stream);
-        if !self.places.iter().all(|p| p.device) {
+        if !self.places.iter().all(|p| p.idx.device) {
             // Host values: wait for the collective (abortably), then copy their results.
             nccl.wait().map_err(|e| self.stage_error(e, group))?;
             self.download_host_results(collective, n, stream)?;
@@ -357,7 +357,7 @@ impl FusedStage {
             let offset = &mut offsets[slot.dtype.index()];
             let (o, len) = (*offset, slot.len);
             *offset += len;
-            if place.device || len == 0 {
+            if place.idx.device || len == 0 {
                 continue;
             }
             match collective {

@@ -489,6 +489,7 @@ macro_rules! regions {
             }
             /// Makes room for `len` more elements of dtype `d` (on a GPU or not), and
             /// returns their offset; `None` if the region's length overflows.
+            #[inline]
             fn append(&mut self, d: DType, len: usize, device: bool) -> Option<usize> {
                 match d { $(DType::$field => {
                     let r = &mut self.$field;
@@ -545,7 +546,7 @@ impl<E: Element> HasRegion for E {}
 crate::element::for_each_dtype!(regions);
 
 /// A slot's position in its dtype's region.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotIdx {
     slot: usize,
     offset: usize,
@@ -589,12 +590,12 @@ enum Phase {
     Ran,
 }
 
-/// One slot's place: where it is in its dtype's region, and whether its value was handed
-/// to the stage (packed or lent) in this execution.
+/// One slot's place: where it is (what `add` returned for it), its element type, and
+/// whether its value was handed to the stage (packed or lent) in this execution.
 #[derive(Clone, Copy, Debug)]
 struct Place {
-    offset: usize,
-    device: bool,
+    idx: SlotIdx,
+    dtype: DType,
     handed: bool,
 }
 
@@ -622,6 +623,8 @@ pub struct FusedStage {
     dims: Vec<usize>,
     /// Per slot, its place.
     places: Vec<Place>,
+    /// How many of them were handed in this execution.
+    handed: usize,
     /// An error found before `run` (a failed device copy, a value on the wrong GPU, a call
     /// out of order): `run` reports it, after joining the stage as failed so that no peer
     /// waits.
@@ -657,6 +660,7 @@ impl FusedStage {
             slots: Vec::new(),
             dims: Vec::new(),
             places: Vec::new(),
+            handed: 0,
             failed: None,
             #[cfg(feature = "nccl")]
             device: None,
@@ -685,6 +689,7 @@ impl FusedStage {
         self.slots.clear();
         self.dims.clear();
         self.places.clear();
+        self.handed = 0;
         self.data.clear();
         self.failed = None;
         self.inputs.reset();
@@ -705,6 +710,7 @@ impl FusedStage {
     /// Appends a value of `dtype` and `shape`, `len` elements in `rows` rows, to the
     /// layout. (Scalars rather than a `SlotDesc`: built by the caller and passed in memory,
     /// it costs a stalled load per value.)
+    #[inline]
     fn push_slot(
         &mut self,
         (dtype, len, rows): (DType, usize, usize),
@@ -730,18 +736,19 @@ impl FusedStage {
             ndim,
         });
         self.dims.extend_from_slice(shape);
-        self.places.push(Place {
-            offset,
-            device,
-            handed: false,
-        });
-        self.data.push(SlotData::packed(dtype, len));
-        SlotIdx {
+        let idx = SlotIdx {
             slot,
             offset,
             len,
             device,
-        }
+        };
+        self.places.push(Place {
+            idx,
+            dtype,
+            handed: false,
+        });
+        self.data.push(SlotData::packed(dtype, len));
+        idx
     }
 
     /// Appends a value to the layout and returns its place.
@@ -785,20 +792,25 @@ impl FusedStage {
 
     /// Whether `at` is slot `at.slot` of this layout, of element type `E`, in the packing
     /// phase; marks it handed. Notes the misuse when it is not.
+    #[inline]
     fn hand<E: Element>(&mut self, at: SlotIdx) -> bool {
-        let ok = self.phase == Phase::Packing
-            && self.slots.get(at.slot).is_some_and(|s| {
-                let p = self.places[at.slot];
-                (s.dtype, s.len, p.offset, p.device) == (E::DTYPE, at.len, at.offset, at.device)
-            });
-        if !ok {
-            self.misuse(format_args!(
-                "a value was packed outside the packing phase or into a slot it does not have"
-            ));
-            return false;
+        let packing = self.phase == Phase::Packing;
+        let place = self.places.get_mut(at.slot);
+        match place.filter(|p| packing && p.idx == at && p.dtype == E::DTYPE) {
+            Some(p) => {
+                if !p.handed {
+                    p.handed = true;
+                    self.handed += 1;
+                }
+                true
+            }
+            None => {
+                self.misuse(format_args!(
+                    "a value was packed outside the packing phase or into a slot it does not have"
+                ));
+                false
+            }
         }
-        self.places[at.slot].handed = true;
-        true
     }
 
     /// Copies a value into its place.
@@ -871,7 +883,12 @@ impl FusedStage {
     fn end_packing(&mut self) {
         if std::mem::replace(&mut self.phase, Phase::Ran) != Phase::Packing {
             self.misuse(format_args!("`run` outside the packing phase"));
-        } else if let Some(slot) = self.places.iter().position(|p| !p.handed) {
+        } else if self.handed != self.places.len() {
+            let slot = self
+                .places
+                .iter()
+                .position(|p| !p.handed)
+                .unwrap_or_default();
             self.misuse(format_args!("value {slot} was never packed"));
         }
     }
@@ -894,7 +911,7 @@ impl FusedStage {
             self.skip(comm);
             return Err(e);
         }
-        if let Some(slot) = self.places.iter().position(|p| p.device) {
+        if let Some(slot) = self.places.iter().position(|p| p.idx.device) {
             self.skip(comm);
             return Err(Error::Placement(format!(
                 "stage `{}`: value {slot} is on a GPU, but group `{group}` runs on a host \

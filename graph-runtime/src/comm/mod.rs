@@ -531,24 +531,6 @@ pub fn agree<'a>(
     collective: Collective,
     header: impl Fn(usize) -> Header<'a>,
 ) -> Result<(), Disagreement> {
-    if let Some(rank) = (0..size).find(|&q| header(q).status == Status::Failed) {
-        return Err(Disagreement::Failed { rank });
-    }
-    if let Some(root) = collective.root().filter(|&root| root >= size) {
-        return Err(Disagreement::Root { root, size });
-    }
-    let first = header(0);
-    if (1..size).any(|q| header(q).slots.len() != first.slots.len()) {
-        return Err(Disagreement::BucketSize {
-            counts: (0..size).map(|q| header(q).slots.len()).collect(),
-        });
-    }
-    let shapes = |q: usize| {
-        header(q).shapes().ok_or_else(|| Disagreement::Buffers {
-            reason: format!("rank {q}'s header does not hold the dimensions its slots declare"),
-        })
-    };
-    (0..size).try_for_each(|q| shapes(q).map(drop))?;
     // All but the first dimension, for a collective that concatenates along it.
     let skip = usize::from(collective == Collective::AllGather);
     // Shapes of equal `ndim`, compared element by element: they are short, and a slice
@@ -557,40 +539,94 @@ pub fn agree<'a>(
         (a.0.dtype, a.0.len, a.0.ndim) == (b.0.dtype, b.0.len, b.0.ndim)
             && a.1.iter().zip(b.1).skip(skip).all(|(x, y)| x == y)
     };
-    let mut bad: Option<usize> = None;
-    for q in 1..size {
-        let (mine, theirs) = (shapes(0)?, shapes(q)?);
+    // One pass over the ranks finds everything the verdict may name (a communicator's
+    // `header(q)` may read shared memory, so it is called once per rank on the way to
+    // `Ok`); the verdict then names the first finding in the order documented above.
+    let first = header(0);
+    let (mut failed, mut sizes_differ, mut bad_dims) = (None, false, None);
+    let mut bad_slot: Option<usize> = None;
+    for q in 0..size {
+        let theirs = if q == 0 { first } else { header(q) };
+        if theirs.status == Status::Failed && failed.is_none() {
+            failed = Some(q);
+        }
+        if theirs.slots.len() != first.slots.len() {
+            sizes_differ = true;
+            continue;
+        }
+        let ndims = theirs
+            .slots
+            .iter()
+            .try_fold(0usize, |n, s| n.checked_add(s.ndim));
+        if ndims != Some(theirs.dims.len()) {
+            bad_dims.get_or_insert(q);
+            continue;
+        }
+        if q == 0 || bad_dims.is_some() {
+            continue;
+        }
+        // The common case first: the very same slots and dimensions as rank 0's.
+        let key = |s: &SlotDesc| (s.dtype, s.len, s.ndim);
+        let mut keys = first.slots.iter().zip(theirs.slots);
+        if keys.all(|(a, b)| key(a) == key(b)) && skip == 0 && first.dims.iter().eq(theirs.dims) {
+            continue;
+        }
+        let (Some(mine), Some(shapes)) = (first.shapes(), theirs.shapes()) else {
+            continue;
+        };
         let mut pairs = first
             .slots
             .iter()
             .zip(mine)
-            .zip(header(q).slots.iter().zip(theirs));
+            .zip(theirs.slots.iter().zip(shapes));
         if let Some(slot) = pairs.position(|(a, b)| !same(a, b)) {
-            bad = Some(bad.map_or(slot, |b| b.min(slot)));
+            bad_slot = Some(bad_slot.map_or(slot, |b| b.min(slot)));
         }
     }
-    if let Some(slot) = bad {
-        let each = |q: usize| -> Result<(DType, usize, Vec<usize>), Disagreement> {
-            let s = header(q).slots[slot];
-            let shape = shapes(q)?.nth(slot).unwrap_or_default().to_vec();
-            Ok((s.dtype, s.len, shape))
+    if let Some(rank) = failed {
+        return Err(Disagreement::Failed { rank });
+    }
+    if let Some(root) = collective.root().filter(|&root| root >= size) {
+        return Err(Disagreement::Root { root, size });
+    }
+    if sizes_differ {
+        return Err(Disagreement::BucketSize {
+            counts: (0..size).map(|q| header(q).slots.len()).collect(),
+        });
+    }
+    if let Some(q) = bad_dims {
+        return Err(Disagreement::Buffers {
+            reason: format!("rank {q}'s header does not hold the dimensions its slots declare"),
+        });
+    }
+    if let Some(slot) = bad_slot {
+        let each = |q: usize| {
+            let h = header(q);
+            let shape = h.shapes().and_then(|mut s| s.nth(slot)).unwrap_or_default();
+            ((h.slots[slot].dtype, h.slots[slot].len), shape.to_vec())
         };
-        let all = (0..size).map(each).collect::<Result<Vec<_>, _>>()?;
+        let (counts, shapes) = (0..size).map(each).unzip();
         return Err(Disagreement::Slot {
             slot,
-            counts: all.iter().map(|(d, n, _)| (*d, *n)).collect(),
-            shapes: all.into_iter().map(|(_, _, shape)| shape).collect(),
+            counts,
+            shapes,
         });
     }
     if let Collective::ReduceScatter(_) = collective {
-        for slot in 0..first.slots.len() {
-            for q in 0..size {
-                let s = header(q).slots[slot];
-                let bad = [s.rows, s.len].into_iter().find(|n| n % size != 0);
-                if let Some(len) = bad {
-                    return Err(Disagreement::NotDivisible { slot, len, size });
-                }
+        // The lowest slot that does not divide, on the lowest rank.
+        let mut bad: Option<(usize, usize)> = None;
+        for q in 0..size {
+            let slots = header(q).slots;
+            let found = slots.iter().enumerate().find_map(|(slot, s)| {
+                let len = [s.rows, s.len].into_iter().find(|n| n % size != 0)?;
+                Some((slot, len))
+            });
+            if let Some((slot, len)) = found.filter(|f| bad.is_none_or(|b| f.0 < b.0)) {
+                bad = Some((slot, len));
             }
+        }
+        if let Some((slot, len)) = bad {
+            return Err(Disagreement::NotDivisible { slot, len, size });
         }
     }
     Ok(())
