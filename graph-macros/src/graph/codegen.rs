@@ -640,7 +640,7 @@ pub(super) fn at_user(ident: &Ident, at: Span) -> Ident {
 /// One fused stage of a step: lay the values out, pack them, run the collective, and take
 /// the results. Every call that names a value is spanned at the user's argument and bound
 /// by the one trait this kind of collective needs, so that a value of a type that cannot go
-/// through it gets exactly one error, there.
+/// through it gets exactly one error, there. `stage`: its index and its values' names.
 pub(super) fn stage_code(
     kind: Kind,
     stage: (usize, &[&str]),

@@ -836,8 +836,8 @@ impl FusedStage {
                 // from the region it is given.
                 self.data[at.slot] = SlotData::packed(<T::Elem as Element>::DTYPE, at.len);
             }
-            // A view of last execution's buffer taken before `prepare`... only a call out
-            // of order gets here.
+            // `prepare` took an unshared buffer of the layout's length: only an `output`
+            // view taken since (out of order) can hold it now.
             None => self.misuse(format_args!("a value was packed into a buffer in use")),
         }
     }
