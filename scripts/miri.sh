@@ -2,7 +2,7 @@
 # Runs the code with `unsafe` in it, and what it relies on, under Miri: once with Stacked
 # Borrows (Miri's default) and once with Tree Borrows, both with strict provenance.
 #
-# What runs (about 4 minutes on a 2-core machine; `.ci/run` calls this):
+# What runs (about 5 minutes on a 2-core machine, 7 with a cold build; `.ci/run` calls this):
 #   - the unit tests of graph-runtime's tensor, bucket (the fused stage), comm (the CPU
 #     communicator, its kernels, and the property tests with PROPTEST_CASES cases),
 #     sync (the barrier), exec::edge and exec::pipeline, and element;
