@@ -194,25 +194,94 @@ fn a_shape_mismatch_names_every_count_and_the_next_execute_works() {
     match &err {
         Error::ShapeMismatch {
             stage,
+            value,
             slot,
             counts,
+            shapes,
         } => {
             assert_eq!(*stage, "allreduce([a, b])");
-            assert_eq!(*slot, 0);
+            assert_eq!((*value, *slot), ("a", 0));
             assert_eq!(
                 counts,
                 &vec![(actorgraph::DType::F32, 10), (actorgraph::DType::F32, 20)]
             );
+            assert_eq!(shapes, &vec![vec![10], vec![20]]);
         }
         other => panic!("unexpected error {other:?}"),
     }
     assert_eq!(
         err.to_string(),
-        "shape mismatch in stage `allreduce([a, b])`, slot 0: rank 0 has 10 x f32, rank 1 has 20 x f32"
+        "shape mismatch in stage `allreduce([a, b])`, value `a` (slot 0): rank 0 has f32 [10], rank 1 has f32 [20]"
     );
     let out = g.execute([7, 7]).unwrap();
     assert_eq!(out[1].0.to_vec(), vec![2.0; 7]);
     assert_eq!(out[1].1.to_vec(), vec![2.0; 7]);
+}
+
+/// Rank 1 returns the transpose of what rank 0 returns when asked: the same six elements.
+struct Transposer {
+    rank: usize,
+}
+
+#[actor]
+impl Transposer {
+    fn grad(&mut self, transpose: &bool) -> Tensor<f32> {
+        let shape = if *transpose && self.rank == 1 {
+            [3, 2]
+        } else {
+            [2, 3]
+        };
+        Tensor::full(shape, 1.0)
+    }
+}
+
+graph! {
+    Transposed(workers: [Transposer], transpose: bool) {
+        let g = workers.grad(transpose);
+        allreduce(g)
+    }
+
+    GatherTransposed(workers: [Transposer], transpose: bool) {
+        let g = workers.grad(transpose);
+        allgather(g)
+    }
+}
+
+#[test]
+fn a_transposed_value_is_a_shape_mismatch_that_names_it() {
+    let shaped = || vec![Transposer { rank: 0 }, Transposer { rank: 1 }];
+    let mut g = Transposed::launch(shaped(), Cpu).unwrap();
+    let err = g.execute(true).unwrap_err();
+    match &err {
+        Error::ShapeMismatch {
+            stage,
+            value,
+            slot,
+            shapes,
+            ..
+        } => {
+            assert_eq!((*stage, *value, *slot), ("allreduce(g)", "g", 0));
+            assert_eq!(shapes, &vec![vec![2, 3], vec![3, 2]]);
+        }
+        other => panic!("unexpected error {other:?}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        "shape mismatch in stage `allreduce(g)`, value `g` (slot 0): rank 0 has f32 [2, 3], rank 1 has f32 [3, 2]"
+    );
+    let out = g.execute(false).unwrap();
+    assert_eq!(
+        (out[1].shape(), out[1].to_vec()),
+        (&[2, 3][..], vec![2.0; 6])
+    );
+
+    // `allgather` concatenates along the first dimension: the others must agree.
+    let mut g = GatherTransposed::launch(shaped(), Cpu).unwrap();
+    assert!(matches!(
+        g.execute(true),
+        Err(Error::ShapeMismatch { value: "g", .. })
+    ));
+    assert_eq!(g.execute(false).unwrap()[0].shape(), &[4, 3]);
 }
 
 /// An input whose clone panics after a few clones: `execute` panics in the driver while

@@ -1,7 +1,5 @@
 //! The one public error type of actorgraph.
 
-use std::fmt;
-
 /// A boxed error returned by a fallible actor method.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -112,15 +110,22 @@ pub enum Error {
         message: String,
     },
 
-    /// The ranks of a fused collective stage disagreed on the element counts or dtypes of a slot.
-    #[error("shape mismatch in stage `{stage}`, slot {slot}: {}", fmt_counts(.counts))]
+    /// The ranks of a fused collective stage disagreed on the dtype, the element count or
+    /// the shape of one value (every dimension counts, but the first for `allgather`).
+    #[error("shape mismatch in stage `{stage}`, {}: {}", fmt_value(.value, *.slot), fmt_counts(.counts, .shapes))]
     ShapeMismatch {
         /// The stage, as written in the graph.
         stage: &'static str,
+        /// The value, as written in the graph (e.g. `g`, or `workers.grad(..)`); empty
+        /// when not known (a stage driven by hand).
+        value: &'static str,
         /// The position of the value in the stage's bucket.
         slot: usize,
-        /// Each rank's `(dtype, element count)` for that slot, indexed by rank.
+        /// Each rank's `(dtype, element count)` for that value, indexed by rank.
         counts: Vec<(crate::DType, usize)>,
+        /// Each rank's shape for that value, indexed by rank (empty for a value without a
+        /// shape beyond its length: a scalar, a `Vec`).
+        shapes: Vec<Vec<usize>>,
     },
 
     /// The ranks of a fused stage put different numbers of values in their buckets.
@@ -316,20 +321,22 @@ fn fmt_method(method: &Option<&'static str>) -> String {
     }
 }
 
-fn fmt_counts(counts: &[(crate::DType, usize)]) -> String {
-    struct Counts<'a>(&'a [(crate::DType, usize)]);
-    impl fmt::Display for Counts<'_> {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            for (rank, (dtype, n)) in self.0.iter().enumerate() {
-                if rank > 0 {
-                    f.write_str(", ")?;
-                }
-                write!(f, "rank {rank} has {n} x {dtype}")?;
-            }
-            Ok(())
-        }
+fn fmt_value(value: &str, slot: usize) -> String {
+    if value.is_empty() {
+        format!("slot {slot}")
+    } else {
+        format!("value `{value}` (slot {slot})")
     }
-    Counts(counts).to_string()
+}
+
+fn fmt_counts(counts: &[(crate::DType, usize)], shapes: &[Vec<usize>]) -> String {
+    let each = counts.iter().enumerate().map(|(rank, (dtype, n))| {
+        match shapes.get(rank).filter(|s| !s.is_empty()) {
+            Some(shape) => format!("rank {rank} has {dtype} {shape:?}"),
+            None => format!("rank {rank} has {n} x {dtype}"),
+        }
+    });
+    each.collect::<Vec<_>>().join(", ")
 }
 
 impl Error {

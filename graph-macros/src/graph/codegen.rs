@@ -789,15 +789,17 @@ pub(super) struct StageValue {
 /// the results. Every call that names a value is spanned at the user's argument and bound
 /// by the one trait this kind of collective needs, so that a value of a type that cannot go
 /// through it gets exactly one error, there. An `allgather` names the value's checked type,
-/// which is an error (and silent) when the check failed.
+/// which is an error (and silent) when the check failed. `stage`: its index and its
+/// values' names, for the runtime's errors.
 pub(super) fn stage_code(
     kind: Kind,
-    stage: usize,
+    stage: (usize, &[&str]),
     outs: &[&Ident],
     vals: &[StageValue],
     collective: &TokenStream,
     root: Option<&Root>,
 ) -> TokenStream {
+    let (stage, labels) = stage;
     let idx = (0..vals.len()).map(syn::Index::from);
     let mut adds = Vec::new();
     let mut packs = Vec::new();
@@ -841,7 +843,7 @@ pub(super) fn stage_code(
     }
     quote! {
         let (#(#outs,)*) = {
-            let mut __st = __ctx.stage(#stage);
+            let mut __st = __ctx.stage(#stage, &[#(#labels),*]);
             let __slots = (#(#adds,)*);
             __st.prepare();
             #(#packs)*

@@ -312,7 +312,15 @@ impl Gen<'_> {
                     })
                     .collect();
                 let collective = collective_expr(spec, reduce.as_ref(), root.as_ref(), *span);
-                stage_code(spec.kind, *stage, &outs, &vals, &collective, root.as_ref())
+                let labels: Vec<&str> = args.iter().map(|&a| g.values[a].label.as_str()).collect();
+                stage_code(
+                    spec.kind,
+                    (*stage, &labels),
+                    &outs,
+                    &vals,
+                    &collective,
+                    root.as_ref(),
+                )
             }
             OpKind::Tuple { parts } => {
                 let at = Span::call_site();

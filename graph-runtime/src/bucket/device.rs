@@ -10,7 +10,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DeviceSlice};
 
-use super::{stage_error, Bucketable, FusedStage, Region, Regions, SlotIdx};
+use super::{Bucketable, FusedStage, Region, Regions, SlotIdx};
 use crate::comm::{Collective, Communicator, Header, Status};
 use crate::nccl::{alloc_zeros, copy_ordered, gpu, Device};
 use crate::tensor::Storage;
@@ -222,6 +222,9 @@ crate::element::for_each_dtype!(regions_device);
 impl FusedStage {
     /// Device mode's `prepare`: takes the device buffers for this layout on `device`.
     pub(crate) fn prepare_device(&mut self, device: &Device) {
+        if !self.end_layout() {
+            return;
+        }
         if let Err(e) = self.inputs.prepare_device(device) {
             self.failed.get_or_insert(e);
         }
@@ -274,7 +277,7 @@ impl FusedStage {
         collective: Collective,
         group: &'static str,
     ) -> Result<(), Error> {
-        let (rank, n) = (self.rank, self.ranks);
+        let n = self.ranks;
         let prepared = self.prepare_outputs_device(collective);
         if let Err(e) = self.failed.take().map_or(prepared, Err) {
             self.skip(comm);
@@ -304,16 +307,16 @@ impl FusedStage {
         let header = Header {
             status: Status::Ok,
             slots: &self.slots,
+            dims: &self.dims,
             data: &[],
         };
         nccl.stage_device(&header, collective, &ins[..n_ins], &outs[..n_outs])
-            .map_err(|e| stage_error(e, self.name, group, rank))?;
+            .map_err(|e| self.stage_error(e, group))?;
         self.inputs.touch(stream);
         self.outputs.touch(stream);
-        if !self.on_device.iter().all(|&d| d) {
+        if !self.places.iter().all(|p| p.idx.device) {
             // Host values: wait for the collective (abortably), then copy their results.
-            nccl.wait()
-                .map_err(|e| stage_error(e, self.name, group, rank))?;
+            nccl.wait().map_err(|e| self.stage_error(e, group))?;
             self.download_host_results(collective, n, stream)?;
         }
         Ok(())
@@ -350,11 +353,11 @@ impl FusedStage {
         stream: &Arc<CudaStream>,
     ) -> Result<(), Error> {
         let mut offsets = [0usize; DType::COUNT];
-        for (slot, &on_device) in self.slots.iter().zip(&self.on_device) {
+        for (slot, place) in self.slots.iter().zip(&self.places) {
             let offset = &mut offsets[slot.dtype.index()];
             let (o, len) = (*offset, slot.len);
             *offset += len;
-            if on_device || len == 0 {
+            if place.idx.device || len == 0 {
                 continue;
             }
             match collective {

@@ -7,6 +7,7 @@ pub use cpu::{Cpu, CpuComm};
 pub use reduce::reduce_reference;
 
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::{DType, Element, Error};
@@ -119,7 +120,8 @@ pub enum Status {
     Failed,
 }
 
-/// One value of a bucket: its dtype, element count, and length along its first dimension.
+/// One value of a bucket: its dtype, element count, length along its first dimension, and
+/// how many dimensions of its shape the header carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotDesc {
     /// The element type.
@@ -127,19 +129,42 @@ pub struct SlotDesc {
     /// The number of elements.
     pub len: usize,
     /// The number of rows `ReduceScatter` splits the value into: a tensor's first
-    /// dimension (1 for a 0-d tensor), a flat value's length. The other collectives ignore
-    /// it, and the ranks need not agree on it (only on `dtype` and `len`).
+    /// dimension (1 for a 0-d tensor), a flat value's length. Only `ReduceScatter` reads
+    /// it, to check that it divides by the number of ranks.
     pub rows: usize,
+    /// The number of dimensions of the value's shape, which [`Header::dims`] holds: 0 for
+    /// a value without a shape beyond its length (a scalar, a `Vec`, a 0-d tensor; see
+    /// [`Bucketable::shape`](crate::Bucketable::shape)).
+    pub ndim: usize,
 }
 
 impl SlotDesc {
-    /// A flat value: `rows == len`.
+    /// A flat value: `rows == len`, no shape.
     pub const fn flat(dtype: DType, len: usize) -> Self {
         Self {
             dtype,
             len,
             rows: len,
+            ndim: 0,
         }
+    }
+
+    /// A value of `shape` (its dimensions go into [`Header::dims`]); `None` if the number
+    /// of elements overflows `usize`.
+    ///
+    /// ```
+    /// use actorgraph::{comm::SlotDesc, DType};
+    /// let s = SlotDesc::shaped(DType::F32, &[2, 3]).unwrap();
+    /// assert_eq!((s.len, s.rows, s.ndim), (6, 2, 2));
+    /// ```
+    pub fn shaped(dtype: DType, shape: &[usize]) -> Option<Self> {
+        let len = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))?;
+        Some(Self {
+            dtype,
+            len,
+            rows: shape.first().copied().unwrap_or(1),
+            ndim: shape.len(),
+        })
     }
 }
 
@@ -150,66 +175,145 @@ pub struct Header<'a> {
     pub status: Status,
     /// Its values' dtypes and element counts, in bucket order.
     pub slots: &'a [SlotDesc],
-    /// Where each value's elements are, in bucket order (empty for a failed rank): in the
-    /// value itself, or at its place in the packed input region. A communicator that
-    /// [reads values in place](Communicator::reads_in_place) takes its inputs from here,
-    /// which saves the copy into the flat buffer.
+    /// The shapes of the values, back to back in bucket order: [`SlotDesc::ndim`]
+    /// dimensions per value (none for a flat one). Every rank must agree on them (see
+    /// [`agree`]).
+    pub dims: &'a [usize],
+    /// Where each value's elements are, in bucket order (empty for a failed rank): lent in
+    /// place by the value, or packed into the region of its dtype (see [`SlotData`]). A
+    /// communicator that [reads values in place](Communicator::reads_in_place) takes its
+    /// inputs from here, which saves the copy into the flat buffer.
     pub data: &'a [SlotData<'a>],
+}
+
+impl Header<'static> {
+    /// The header of a rank that failed before the stage: no values. Every rank then skips
+    /// the payload, whatever the collective.
+    pub const FAILED: Header<'static> = Header {
+        status: Status::Failed,
+        slots: &[],
+        dims: &[],
+        data: &[],
+    };
+}
+
+impl<'a> Header<'a> {
+    /// Each value's shape, in bucket order: its [`SlotDesc::ndim`] dimensions from
+    /// [`dims`](Self::dims). `None` if `dims` does not hold exactly as many dimensions as
+    /// the slots declare.
+    ///
+    /// ```
+    /// use actorgraph::comm::{Header, SlotDesc, Status};
+    /// use actorgraph::DType;
+    /// let slots = [SlotDesc::shaped(DType::F32, &[2, 3]).unwrap(), SlotDesc::flat(DType::U8, 4)];
+    /// let header = Header { status: Status::Ok, slots: &slots, dims: &[2, 3], data: &[] };
+    /// let shapes: Vec<&[usize]> = header.shapes().unwrap().collect();
+    /// assert_eq!(shapes, [&[2, 3][..], &[][..]]);
+    /// ```
+    pub fn shapes(&self) -> Option<impl Iterator<Item = &'a [usize]> + 'a> {
+        let total = self
+            .slots
+            .iter()
+            .try_fold(0usize, |n, s| n.checked_add(s.ndim))?;
+        let (slots, mut rest) = (self.slots, self.dims);
+        (total == rest.len()).then(move || {
+            slots.iter().map(move |s| {
+                let (shape, tail) = rest.split_at(s.ndim);
+                rest = tail;
+                shape
+            })
+        })
+    }
 }
 
 /// Result buffers handed from rank 0 to the other ranks of a stage, by dtype index (see
 /// [`Communicator::exchange_results`]); each is an `Arc` of the stage's storage.
 pub type SharedBuffers = [Option<Arc<dyn std::any::Any + Send + Sync>>; DType::COUNT];
 
-/// Where one value's elements are: a type-erased `&'a [E]`.
+/// Where one value's input elements are for a stage: lent in place by the value (a
+/// type-erased `&'a [E]`), or packed into the stage's region of its dtype.
+///
+/// A packed value is at its place in the layout (see [`Communicator`]): a communicator
+/// reads it from the region it is given, never through a `SlotData`, so that the only
+/// references into a region are the ones the communicator holds. Lent elements are never
+/// in a region.
 ///
 /// ```
 /// use actorgraph::comm::SlotData;
 /// use actorgraph::DType;
 /// let v = [1.0f32, 2.0];
-/// let d = SlotData::new(&v[..]);
-/// assert_eq!((d.dtype(), d.len()), (DType::F32, 2));
-/// assert_eq!(d.get::<f32>(), Some(&v[..]));
-/// assert_eq!(d.get::<i32>(), None);
+/// let lent = SlotData::new(&v[..]);
+/// assert_eq!((lent.dtype(), lent.len()), (DType::F32, 2));
+/// assert_eq!(lent.lent::<f32>(), Some(&v[..]));
+/// assert_eq!(lent.lent::<i32>(), None);
+///
+/// let packed = SlotData::packed(DType::F32, 2);
+/// assert!(packed.is_packed());
+/// assert_eq!(packed.lent::<f32>(), None);
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct SlotData<'a> {
-    ptr: *const u8,
+    /// The lent elements; `None` for a packed value.
+    lent: Option<NonNull<u8>>,
     len: usize,
     dtype: DType,
     _data: PhantomData<&'a [u8]>,
 }
 
 impl<'a> SlotData<'a> {
-    /// The elements of `data`.
+    /// The elements of `data`, lent in place.
     pub fn new<E: Element>(data: &'a [E]) -> Self {
         Self {
-            ptr: data.as_ptr().cast(),
+            lent: Some(NonNull::from(data).cast()),
             len: data.len(),
             dtype: E::DTYPE,
             _data: PhantomData,
         }
     }
 
-    /// The same elements with a lifetime the caller vouches for.
+    /// `len` elements of `dtype` packed into the stage's region of that dtype, at the
+    /// value's place in the layout.
+    pub const fn packed(dtype: DType, len: usize) -> Self {
+        Self {
+            lent: None,
+            len,
+            dtype,
+            _data: PhantomData,
+        }
+    }
+
+    /// The same entry with a lifetime the caller vouches for.
     ///
     /// # Safety
-    /// The elements must stay alive and unchanged for as long as the result is used.
+    /// Lent elements must stay alive and unchanged for as long as the result is used.
     pub(crate) unsafe fn extend<'b>(self) -> SlotData<'b> {
         SlotData {
-            ptr: self.ptr,
+            lent: self.lent,
             len: self.len,
             dtype: self.dtype,
             _data: PhantomData,
         }
     }
 
-    /// The elements, if they are of type `E`.
-    pub fn get<E: Element>(&self) -> Option<&'a [E]> {
-        // SAFETY: `new` took a `&'a [E]` of `len` elements of this dtype, and a dtype names
+    /// The lent elements, if the value lent them and they are of type `E` (`None` for a
+    /// packed value: read it from the region).
+    pub fn lent<E: Element>(&self) -> Option<&'a [E]> {
+        let ptr = self.lent.filter(|_| self.dtype == E::DTYPE)?;
+        // SAFETY: `new` took this pointer from a `&'a [E]` of `len` elements, alive and
+        // unchanged for `'a` (`extend`'s callers vouch for the same), and a dtype names
         // exactly one element type.
-        (self.dtype == E::DTYPE)
-            .then(|| unsafe { std::slice::from_raw_parts(self.ptr.cast(), self.len) })
+        Some(unsafe { std::slice::from_raw_parts(ptr.as_ptr().cast::<E>(), self.len) })
+    }
+
+    /// The address of the lent elements (`None` for a packed value), for a communicator
+    /// that reads them on another thread.
+    pub(crate) fn lent_ptr(&self) -> Option<*const u8> {
+        self.lent.map(|p| p.as_ptr().cast_const())
+    }
+
+    /// Whether the value is packed into its region rather than lent.
+    pub fn is_packed(&self) -> bool {
+        self.lent.is_none()
     }
 
     /// The element type.
@@ -226,32 +330,78 @@ impl<'a> SlotData<'a> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+}
 
-    /// The address of the first element.
-    pub fn as_ptr(&self) -> *const u8 {
-        self.ptr
+/// One call of a rank into its communicator, as the other ranks see it: what the ranks of
+/// a group must make alike, call for call, before any of them reads what another posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Call {
+    /// [`Communicator::stage`] of this collective (with its op and root).
+    Stage(Collective),
+    /// [`Communicator::exchange_results`].
+    ExchangeResults,
+    /// The confirmation, after a stage's launch, that it went through on this rank (the
+    /// NCCL backend's second step of a stage).
+    Launched,
+}
+
+impl Call {
+    /// Whether a rank's call pairs up with another's: the same call, except that the
+    /// collective of a stage does not matter when a rank joins it as failed (`any_failed`):
+    /// every rank then skips the payload, and a rank that failed before it learnt which
+    /// stage it skips may not know the collective.
+    pub(crate) fn pairs_with(self, other: Call, any_failed: bool) -> bool {
+        match (self, other) {
+            (Call::Stage(_), Call::Stage(_)) => self == other || any_failed,
+            _ => self == other,
+        }
+    }
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Call::Stage(c) => write!(f, "stage {c:?}"),
+            Call::ExchangeResults => f.write_str("exchange_results"),
+            Call::Launched => f.write_str("launch confirmation"),
+        }
     }
 }
 
 /// Why the ranks of a stage did not run its payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Disagreement {
     /// `rank` failed before the stage (the lowest such rank).
     Failed {
         /// The failed rank.
         rank: usize,
     },
+    /// The ranks made different calls at the same point: another collective, op or root
+    /// (unless a rank joined the stage as failed: then the collective does not matter),
+    /// or `stage` on one rank and `exchange_results` on another (a bug in the code that
+    /// drives the communicator, never in a graph's values). Nothing was read from any
+    /// peer. The ranks' calls no longer pair up, so the communicator is broken: every later
+    /// call on every rank fails with this again.
+    Calls {
+        /// Each rank's call at this point, by rank: `None` for a rank that made no call
+        /// for this round (it waits elsewhere, e.g. at a later barrier of another call).
+        calls: Vec<Option<Call>>,
+    },
     /// The ranks put different numbers of values in their buckets.
     BucketSize {
         /// Each rank's number of values.
         counts: Vec<usize>,
     },
-    /// The ranks disagree on the dtype or the element count of one value.
+    /// The ranks disagree on the dtype, the element count or the shape of one value.
     Slot {
         /// The value's position in the bucket.
         slot: usize,
         /// Each rank's dtype and element count for it.
         counts: Vec<(DType, usize)>,
+        /// Each rank's shape for it (empty for a value without one).
+        shapes: Vec<Vec<usize>>,
     },
     /// A `ReduceScatter` value cannot be split evenly over the ranks.
     NotDivisible {
@@ -338,9 +488,16 @@ impl std::fmt::Debug for AbortHandle {
 ///
 /// `header(q)` is rank `q`'s header. Every rank must see the same headers and the same
 /// collective, so every rank reaches the same verdict. In order, it rejects: a failed rank
-/// (the lowest), a root that is not a rank, buckets of different sizes, a slot whose dtype
-/// or length differs between ranks, and, for `ReduceScatter`, a slot whose rows or length
-/// do not divide by the number of ranks.
+/// (the lowest), a root that is not a rank, buckets of different sizes, a header whose
+/// [`dims`](Header::dims) do not match its slots, the lowest slot whose dtype, length or
+/// shape differs between ranks, and, for `ReduceScatter`, a slot whose rows or length do
+/// not divide by the number of ranks.
+///
+/// Shapes agree when they are equal, except for `AllGather`, which concatenates the
+/// ranks' values along their first dimension: there every dimension but the first must be
+/// equal (with the lengths equal, the first is too, unless the value is empty).
+/// `ReduceScatter` reduces element by element before it splits along the first dimension,
+/// so it needs equal shapes, like `AllReduce`.
 ///
 /// ```
 /// use actorgraph::comm::{agree, Collective, Disagreement, Header, SlotDesc, Status};
@@ -348,49 +505,128 @@ impl std::fmt::Debug for AbortHandle {
 /// let a = [SlotDesc::flat(DType::F32, 10)];
 /// let b = [SlotDesc::flat(DType::F32, 20)];
 /// let sum = Collective::AllReduce(ReduceOp::Sum);
-/// let headers = [Header { status: Status::Ok, slots: &a, data: &[] }, Header { status: Status::Ok, slots: &b, data: &[] }];
+/// let header = |slots| Header { status: Status::Ok, slots, dims: &[], data: &[] };
+/// let headers = [header(&a), header(&b)];
 /// let verdict = agree(2, sum, |q| headers[q]);
 /// assert!(matches!(verdict, Err(Disagreement::Slot { slot: 0, .. })));
 ///
-/// let same = [Header { status: Status::Ok, slots: &a, data: &[] }; 3];
+/// let same = [header(&a); 3];
 /// let verdict = agree(3, Collective::ReduceScatter(ReduceOp::Sum), |q| same[q]);
 /// assert_eq!(verdict, Err(Disagreement::NotDivisible { slot: 0, len: 10, size: 3 }));
+///
+/// // The same six elements as [2, 3] and as [3, 2] do not agree.
+/// let m = [SlotDesc::shaped(DType::F32, &[2, 3]).unwrap()];
+/// let t = [SlotDesc::shaped(DType::F32, &[3, 2]).unwrap()];
+/// let shaped = [
+///     Header { status: Status::Ok, slots: &m, dims: &[2, 3], data: &[] },
+///     Header { status: Status::Ok, slots: &t, dims: &[3, 2], data: &[] },
+/// ];
+/// match agree(2, sum, |q| shaped[q]) {
+///     Err(Disagreement::Slot { slot: 0, shapes, .. }) => assert_eq!(shapes, [[2, 3], [3, 2]]),
+///     other => panic!("{other:?}"),
+/// }
 /// ```
 pub fn agree<'a>(
     size: usize,
     collective: Collective,
     header: impl Fn(usize) -> Header<'a>,
 ) -> Result<(), Disagreement> {
-    if let Some(rank) = (0..size).find(|&q| header(q).status == Status::Failed) {
+    // All but the first dimension, for a collective that concatenates along it.
+    let skip = usize::from(collective == Collective::AllGather);
+    // Shapes of equal `ndim`, compared element by element: they are short, and a slice
+    // comparison calls memcmp for each, which costs more here than the whole loop.
+    let same = |a: (&SlotDesc, &[usize]), b: (&SlotDesc, &[usize])| {
+        (a.0.dtype, a.0.len, a.0.ndim) == (b.0.dtype, b.0.len, b.0.ndim)
+            && a.1.iter().zip(b.1).skip(skip).all(|(x, y)| x == y)
+    };
+    // One pass over the ranks finds everything the verdict may name (a communicator's
+    // `header(q)` may read shared memory, so it is called once per rank on the way to
+    // `Ok`); the verdict then names the first finding in the order documented above.
+    let first = header(0);
+    let (mut failed, mut sizes_differ, mut bad_dims) = (None, false, None);
+    let mut bad_slot: Option<usize> = None;
+    for q in 0..size {
+        let theirs = if q == 0 { first } else { header(q) };
+        if theirs.status == Status::Failed && failed.is_none() {
+            failed = Some(q);
+        }
+        if theirs.slots.len() != first.slots.len() {
+            sizes_differ = true;
+            continue;
+        }
+        let ndims = theirs
+            .slots
+            .iter()
+            .try_fold(0usize, |n, s| n.checked_add(s.ndim));
+        if ndims != Some(theirs.dims.len()) {
+            bad_dims.get_or_insert(q);
+            continue;
+        }
+        if q == 0 || bad_dims.is_some() {
+            continue;
+        }
+        // The common case first: the very same slots and dimensions as rank 0's.
+        let key = |s: &SlotDesc| (s.dtype, s.len, s.ndim);
+        let mut keys = first.slots.iter().zip(theirs.slots);
+        if keys.all(|(a, b)| key(a) == key(b)) && skip == 0 && first.dims.iter().eq(theirs.dims) {
+            continue;
+        }
+        let (Some(mine), Some(shapes)) = (first.shapes(), theirs.shapes()) else {
+            continue;
+        };
+        let mut pairs = first
+            .slots
+            .iter()
+            .zip(mine)
+            .zip(theirs.slots.iter().zip(shapes));
+        if let Some(slot) = pairs.position(|(a, b)| !same(a, b)) {
+            bad_slot = Some(bad_slot.map_or(slot, |b| b.min(slot)));
+        }
+    }
+    if let Some(rank) = failed {
         return Err(Disagreement::Failed { rank });
     }
     if let Some(root) = collective.root().filter(|&root| root >= size) {
         return Err(Disagreement::Root { root, size });
     }
-    let first = header(0).slots;
-    if (1..size).any(|q| header(q).slots.len() != first.len()) {
+    if sizes_differ {
         return Err(Disagreement::BucketSize {
             counts: (0..size).map(|q| header(q).slots.len()).collect(),
         });
     }
-    let key = |s: &SlotDesc| (s.dtype, s.len);
-    for (slot, want) in first.iter().enumerate() {
-        if (1..size).any(|q| key(&header(q).slots[slot]) != key(want)) {
-            return Err(Disagreement::Slot {
-                slot,
-                counts: (0..size).map(|q| key(&header(q).slots[slot])).collect(),
-            });
-        }
+    if let Some(q) = bad_dims {
+        return Err(Disagreement::Buffers {
+            reason: format!("rank {q}'s header does not hold the dimensions its slots declare"),
+        });
+    }
+    if let Some(slot) = bad_slot {
+        let each = |q: usize| {
+            let h = header(q);
+            let shape = h.shapes().and_then(|mut s| s.nth(slot)).unwrap_or_default();
+            ((h.slots[slot].dtype, h.slots[slot].len), shape.to_vec())
+        };
+        let (counts, shapes) = (0..size).map(each).unzip();
+        return Err(Disagreement::Slot {
+            slot,
+            counts,
+            shapes,
+        });
     }
     if let Collective::ReduceScatter(_) = collective {
-        for slot in 0..first.len() {
-            for q in 0..size {
-                let s = header(q).slots[slot];
-                let bad = [s.rows, s.len].into_iter().find(|n| n % size != 0);
-                if let Some(len) = bad {
-                    return Err(Disagreement::NotDivisible { slot, len, size });
-                }
+        // The lowest slot that does not divide, on the lowest rank.
+        let mut bad: Option<(usize, usize)> = None;
+        for q in 0..size {
+            let slots = header(q).slots;
+            let found = slots.iter().enumerate().find_map(|(slot, s)| {
+                let len = [s.rows, s.len].into_iter().find(|n| n % size != 0)?;
+                Some((slot, len))
+            });
+            if let Some((slot, len)) = found.filter(|f| bad.is_none_or(|b| f.0 < b.0)) {
+                bad = Some((slot, len));
             }
+        }
+        if let Some((slot, len)) = bad {
+            return Err(Disagreement::NotDivisible { slot, len, size });
         }
     }
     Ok(())
@@ -450,7 +686,21 @@ crate::element::for_each_dtype!(region_mut);
 ///   elements: this rank's chunk of the value's reduction.
 ///
 /// An implementation may rely on this layout; [`Collective::output_len`] gives each output
-/// region's length.
+/// region's length. A value that [lends its elements](SlotData::lent) is not packed: its
+/// place in `regions` is there for its result only.
+///
+/// # Soundness
+///
+/// The trait is safe to implement and to call: safe code may call an implementation's
+/// methods in any order, with any arguments, on any rank, and it must stay sound. What the
+/// runtime hands an implementation never aliases: `regions` and `outputs` are exclusive,
+/// and [`Header::data`] holds either lent elements, a shared slice valid for the call and
+/// never inside a region, or the mark of a packed value, which the implementation reads
+/// from `regions` at its place. An implementation whose ranks read each other's memory
+/// must not trust that its peers made the same call: [`CpuComm`] ties each rank's post to
+/// one barrier round and one [`Call`], and dereferences nothing a peer posted until every
+/// rank is known to have made the same call for that round (a mismatch is
+/// [`Disagreement::Calls`] on every rank).
 pub trait Communicator: Send + 'static {
     /// This endpoint's rank.
     fn rank(&self) -> usize;
@@ -474,8 +724,9 @@ pub trait Communicator: Send + 'static {
 
     /// Whether this communicator takes its inputs from [`Header::data`] rather than from
     /// packed regions. When it does, a stage packs only the values that cannot lend their
-    /// elements in place (and `regions` hold results only); when it does not (the
-    /// default), every value is packed into `regions` first.
+    /// elements in place (their entries say so: [`SlotData::is_packed`]), and the places of
+    /// the lent ones in `regions` hold results only; when it does not (the default), every
+    /// value is packed into `regions` first.
     fn reads_in_place(&self) -> bool {
         false
     }

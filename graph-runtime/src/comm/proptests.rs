@@ -12,6 +12,7 @@ use half::{bf16, f16};
 use proptest::prelude::*;
 
 use crate::bucket::{FusedStage, SlotIdx};
+use crate::comm::reduce::BLOCK;
 use crate::comm::{reduce_reference, Backend, Collective, CpuComm};
 use crate::{Cpu, DType, Element, ReduceOp, Tensor};
 
@@ -284,16 +285,33 @@ fn ops() -> impl Strategy<Value = ReduceOp> {
     ]
 }
 
-/// 1-12 values of random dtypes, each 0-5000 elements long.
+/// The longest value of a case: under Miri, a few blocks (which are 8 elements there).
+const MAX_LEN: usize = if cfg!(miri) { 40 } else { 5000 };
+
+/// 1-12 values of random dtypes, each 0-`MAX_LEN` elements long.
 fn buckets() -> impl Strategy<Value = Vec<(DType, usize)>> {
     prop::collection::vec(
-        (0usize..DType::COUNT, 0usize..=5000).prop_map(|(d, len)| (DType::ALL[d], len)),
+        (0usize..DType::COUNT, 0usize..=MAX_LEN).prop_map(|(d, len)| (DType::ALL[d], len)),
         1..=12,
     )
 }
 
+/// 40 cases each, or as many as `PROPTEST_CASES` says (CI runs few under Miri).
+fn config() -> ProptestConfig {
+    // The default reads `PROPTEST_CASES`.
+    let mut config = ProptestConfig::default();
+    if std::env::var_os("PROPTEST_CASES").is_none() {
+        config.cases = 40;
+    }
+    if cfg!(miri) {
+        // Miri isolates the program from the file system, where failures are kept.
+        config.failure_persistence = None;
+    }
+    config
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+    #![proptest_config(config())]
 
     #[test]
     fn fused_allreduce_matches_the_reference(n in 1usize..=8, slots in buckets(), op in ops(), seed in any::<u64>()) {
@@ -326,7 +344,9 @@ proptest! {
 
 /// Every collective x dtype x op at least once, whatever the random cases above drew:
 /// three ranks, one bucket holding a value of every length class of that dtype (empty,
-/// shorter than the ranks, a block and a bit) next to an `f32` and an `i64`.
+/// shorter than the ranks, a block and a bit) next to an `f32` and an `i64`. (Under Miri,
+/// where each stage costs seconds: one bucket per collective holds those values of every
+/// dtype at once, and each op goes with one kind of reduction.)
 #[test]
 fn every_collective_dtype_and_op() {
     const OPS: [ReduceOp; 5] = [
@@ -342,18 +362,34 @@ fn every_collective_dtype_and_op() {
         Collective::Broadcast { root: 0 },
         Collective::Broadcast { root: 2 },
     ];
-    for op in OPS {
-        collectives.push(Collective::AllReduce(op));
-        collectives.push(Collective::ReduceScatter(op));
-        collectives.push(Collective::Reduce { op, root: 1 });
+    for (i, op) in OPS.into_iter().enumerate() {
+        let kinds = [
+            Collective::AllReduce(op),
+            Collective::ReduceScatter(op),
+            Collective::Reduce { op, root: 1 },
+        ];
+        // Under Miri, each op with one kind, each kind with a few ops.
+        match cfg!(miri) {
+            true => collectives.push(kinds[i % 3]),
+            false => collectives.extend(kinds),
+        }
     }
+    let buckets: Vec<&[DType]> = match cfg!(miri) {
+        true => vec![&DType::ALL],
+        false => DType::ALL.iter().map(std::slice::from_ref).collect(),
+    };
     for collective in collectives {
-        for dtype in DType::ALL {
+        for &dtypes in &buckets {
+            // Empty, shorter than the ranks, a block and a bit (a multiple of 3 for
+            // reducescatter).
             let lens: &[usize] = match collective {
-                Collective::ReduceScatter(_) => &[0, 3, 1026, 6],
-                _ => &[0, 2, 1027, 7],
+                Collective::ReduceScatter(_) => &[0, 3, (BLOCK / 3 + 1) * 3, 6],
+                _ => &[0, 2, BLOCK + 3, 7],
             };
-            let mut slots: Vec<(DType, usize)> = lens.iter().map(|&len| (dtype, len)).collect();
+            let mut slots: Vec<(DType, usize)> = dtypes
+                .iter()
+                .flat_map(|&dtype| lens.iter().map(move |&len| (dtype, len)))
+                .collect();
             slots.insert(1, (DType::F32, 9));
             slots.push((DType::I64, 3));
             if let Err(e) = check(n, &slots, collective, 42) {

@@ -102,11 +102,13 @@ impl<C: Communicator> StepCtx<C> {
         }
     }
 
-    /// Starts fused stage `idx` of this execution.
+    /// Starts fused stage `idx` of this execution, whose values are named `values` in the
+    /// graph (by slot, for its errors).
     #[inline]
-    pub fn stage<'v>(&mut self, idx: usize) -> Stage<'_, 'v, C> {
+    pub fn stage<'v>(&mut self, idx: usize, values: &'static [&'static str]) -> Stage<'_, 'v, C> {
         let st = &mut self.stages[idx];
         st.begin();
+        st.name_values(values);
         Stage {
             st,
             comm: &mut self.comm,

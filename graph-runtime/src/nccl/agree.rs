@@ -1,22 +1,26 @@
 //! The header agreement of the NCCL backend's stages, on the host.
 //!
 //! A group's ranks are threads of one process, so they agree in shared memory: each copies
-//! its header into its post, one barrier, and every rank runs [`agree`] over every post
-//! and reaches the same verdict. After the launch, one more barrier: every rank says
-//! whether its NCCL calls went through. Nothing of it touches the GPU: a stage neither
-//! waits for its stream nor adds a collective, so the payload queues behind the methods'
-//! kernels at once.
+//! its call and header into its post, one barrier, and every rank checks that every rank
+//! made the same call for that barrier round, then runs [`agree`] over every post and
+//! reaches the same verdict. After the launch, one more barrier: every rank says whether
+//! its NCCL calls went through. Nothing of it touches the GPU: a stage neither waits for
+//! its stream nor adds a collective, so the payload queues behind the methods' kernels at
+//! once.
 //!
-//! Each rank has two posts, used in alternate stages: a rank writes a post again two
-//! stages later, after the next stage's barriers, which every peer reaches only once done
-//! reading this one (the launch flags alternate alike). Posts are copies behind read-write
-//! locks (so a writer never meets a reader in that scheme, and readers share), and a rank
-//! that gives up on an abort leaves nothing a peer could read after it is gone.
+//! Each rank has two posts, for even and odd barrier rounds (the barrier's generation, the
+//! same count on every rank): a rank writes a post again for round r + 2 at the earliest,
+//! after the barrier of round r + 1, which every peer reaches only once done reading the
+//! post of round r. Posts are copies behind read-write locks (so a writer never meets a
+//! reader in that scheme, and readers share), and each says which round and which call it
+//! is for: a rank whose calls are out of step with its peers' (an agreement paired with a
+//! launch confirmation) is found out on every rank, instead of one reading the other's
+//! stale post, and a rank that gives up on an abort leaves nothing a peer could read after
+//! it is gone.
 
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
-use crate::comm::{agree, Collective, Header, SlotDesc, StageError, Status};
+use crate::comm::{agree, Call, Collective, Disagreement, Header, SlotDesc, StageError, Status};
 use crate::sync::Barrier;
 
 /// Where the ranks of a group agree on each stage's headers, and confirm its launch.
@@ -24,15 +28,19 @@ pub(super) struct Board {
     barrier: Barrier,
     /// Per rank, two posts.
     posts: Box<[[RwLock<Post>; 2]]>,
-    /// Per rank, in the same alternation: whether its launch of the stage succeeded.
-    launched: Box<[[AtomicBool; 2]]>,
 }
 
-/// A copy of a rank's header.
+/// A copy of a rank's call and, for an agreement, its header.
 #[derive(Default)]
 struct Post {
+    /// The barrier round it is for (`None`: never written).
+    round: Option<u64>,
+    call: Option<Call>,
+    /// For a launch confirmation: whether the launch went through.
+    launched: bool,
     failed: bool,
     slots: Vec<SlotDesc>,
+    dims: Vec<usize>,
 }
 
 impl Post {
@@ -44,6 +52,7 @@ impl Post {
                 Status::Ok
             },
             slots: &self.slots,
+            dims: &self.dims,
             data: &[],
         }
     }
@@ -66,7 +75,6 @@ impl Board {
         Self {
             barrier: Barrier::new(size),
             posts: (0..size).map(|_| Default::default()).collect(),
-            launched: (0..size).map(|_| Default::default()).collect(),
         }
     }
 
@@ -75,50 +83,86 @@ impl Board {
         self.barrier.abort();
     }
 
-    /// Rank `rank`'s part in the agreement on `header` in its stage number `round` (the
-    /// ranks count their stages alike): `Ok` when every rank's header agrees, else the
-    /// verdict that every rank reaches; [`StageError::Aborted`], on every rank, if the
-    /// group is aborted first.
-    pub(super) fn agree(
+    /// Posts rank `rank`'s `call` for the next barrier round (with `fill` writing the rest
+    /// of the post), waits at the round's barrier, and hands every rank's post for the
+    /// round to `decide`, once every rank made the same call for it. A different call is
+    /// [`Disagreement::Calls`], on every rank alike.
+    fn round<R>(
         &self,
         rank: usize,
-        round: usize,
-        header: &Header<'_>,
-        collective: Collective,
-    ) -> Result<(), StageError> {
-        let parity = round & 1;
+        call: Call,
+        fill: impl FnOnce(&mut Post),
+        decide: impl FnOnce(&[RwLockReadGuard<'_, Post>]) -> Result<R, StageError>,
+    ) -> Result<R, StageError> {
+        // The barrier's generation cannot move before we arrive: it is the round that the
+        // wait below completes, the same on every rank that passes it.
+        let round = self.barrier.generation();
+        let parity = (round & 1) as usize;
         {
             let mut mine = self.posts[rank][parity]
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
-            mine.failed = header.status == Status::Failed;
-            mine.slots.clear();
-            mine.slots.extend_from_slice(header.slots);
+            mine.round = Some(round);
+            mine.call = Some(call);
+            fill(&mut mine);
         }
         self.barrier.wait().map_err(|_| StageError::Aborted)?;
         let posts: Vec<_> = self.posts.iter().map(|p| read(&p[parity])).collect();
-        agree(posts.len(), collective, |q| posts[q].header()).map_err(StageError::Disagreed)
+        let posted = |p: &Post| p.call.filter(|_| p.round == Some(round));
+        let any_failed = posts.iter().any(|p| p.failed);
+        let pairs = |p: &RwLockReadGuard<'_, Post>| {
+            posted(p).is_some_and(|c| c.pairs_with(call, any_failed))
+        };
+        if !posts.iter().all(pairs) {
+            let calls = posts.iter().map(|p| posted(p)).collect();
+            return Err(StageError::Disagreed(Disagreement::Calls { calls }));
+        }
+        decide(&posts)
     }
 
-    /// Rank `rank` says whether its launch in stage `round` succeeded (`ok`), and learns
-    /// whether every rank's did: [`StageError::Aborted`] if one failed, or if the group is
-    /// aborted first.
-    pub(super) fn confirm(&self, rank: usize, round: usize, ok: bool) -> Result<(), StageError> {
-        let parity = round & 1;
-        self.launched[rank][parity].store(ok, Relaxed);
-        self.barrier.wait().map_err(|_| StageError::Aborted)?;
-        if self.launched.iter().all(|l| l[parity].load(Relaxed)) {
-            Ok(())
-        } else {
-            Err(StageError::Aborted)
-        }
+    /// Rank `rank`'s part in the agreement on `header` in its next stage: `Ok` when every
+    /// rank's header agrees, else the verdict that every rank reaches;
+    /// [`StageError::Aborted`], on every rank, if the group is aborted first.
+    pub(super) fn agree(
+        &self,
+        rank: usize,
+        header: &Header<'_>,
+        collective: Collective,
+    ) -> Result<(), StageError> {
+        let fill = |mine: &mut Post| {
+            mine.failed = header.status == Status::Failed;
+            mine.slots.clear();
+            mine.slots.extend_from_slice(header.slots);
+            mine.dims.clear();
+            mine.dims.extend_from_slice(header.dims);
+        };
+        self.round(rank, Call::Stage(collective), fill, |posts| {
+            agree(posts.len(), collective, |q| posts[q].header()).map_err(StageError::Disagreed)
+        })
+    }
+
+    /// Rank `rank` says whether its launch of the stage it agreed on succeeded (`ok`), and
+    /// learns whether every rank's did: [`StageError::Aborted`] if one failed, or if the
+    /// group is aborted first.
+    pub(super) fn confirm(&self, rank: usize, ok: bool) -> Result<(), StageError> {
+        self.round(
+            rank,
+            Call::Launched,
+            |mine| {
+                mine.launched = ok;
+                mine.failed = false;
+            },
+            |posts| match posts.iter().all(|p| p.launched) {
+                true => Ok(()),
+                false => Err(StageError::Aborted),
+            },
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::comm::Disagreement;
     use crate::{DType, ReduceOp};
     use std::sync::Arc;
 
@@ -143,9 +187,10 @@ mod tests {
                     let header = Header {
                         status,
                         slots,
+                        dims: &[],
                         data: &[],
                     };
-                    board.agree(rank, 0, &header, collective)
+                    board.agree(rank, &header, collective)
                 })
             })
             .collect();
@@ -162,7 +207,7 @@ mod tests {
         }
         for v in verdicts(vec![Some(a.clone()), Some(b), Some(a.clone())], SUM) {
             match v {
-                Err(StageError::Disagreed(Disagreement::Slot { slot, counts })) => {
+                Err(StageError::Disagreed(Disagreement::Slot { slot, counts, .. })) => {
                     assert_eq!(slot, 1);
                     assert_eq!(counts, vec![(DType::U8, 3), (DType::U8, 4), (DType::U8, 3)]);
                 }
@@ -195,11 +240,12 @@ mod tests {
                             let header = Header {
                                 status: Status::Ok,
                                 slots: &slots,
+                                dims: &[],
                                 data: &[],
                             };
-                            let agreed = board.agree(rank, round, &header, SUM).is_ok();
+                            let agreed = board.agree(rank, &header, SUM).is_ok();
                             let ok = !(rank == 2 && round % 11 == 0);
-                            agreed && board.confirm(rank, round, ok).is_ok()
+                            agreed && board.confirm(rank, ok).is_ok()
                         })
                         .collect::<Vec<_>>()
                 })
@@ -222,9 +268,10 @@ mod tests {
                 let header = Header {
                     status: Status::Ok,
                     slots: &[],
+                    dims: &[],
                     data: &[],
                 };
-                board.agree(0, 0, &header, SUM)
+                board.agree(0, &header, SUM)
             })
         };
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -233,11 +280,60 @@ mod tests {
         let header = Header {
             status: Status::Ok,
             slots: &[],
+            dims: &[],
             data: &[],
         };
         assert!(matches!(
-            board.agree(1, 0, &header, SUM),
+            board.agree(1, &header, SUM),
             Err(StageError::Aborted)
         ));
+    }
+
+    /// A rank that agrees while its peer confirms a launch (their barriers pair up) is
+    /// found out on both, instead of reading the other's post of another round; a failed
+    /// rank may join a stage under any collective.
+    #[test]
+    fn calls_out_of_step_are_found_on_every_rank() {
+        let board = Arc::new(Board::new(2));
+        let header = |status| Header {
+            status,
+            slots: &[],
+            dims: &[],
+            data: &[],
+        };
+        let threads: Vec<_> = (0..2)
+            .map(|rank| {
+                let board = Arc::clone(&board);
+                std::thread::spawn(move || {
+                    // A failed rank 1 under another collective still pairs up.
+                    let (status, collective) = match rank {
+                        0 => (Status::Ok, SUM),
+                        _ => (Status::Failed, Collective::AllGather),
+                    };
+                    let failed = board.agree(rank, &header(status), collective);
+                    let out_of_step = match rank {
+                        0 => board.agree(rank, &header(Status::Ok), SUM),
+                        _ => board.confirm(rank, true),
+                    };
+                    (failed, out_of_step)
+                })
+            })
+            .collect();
+        for t in threads {
+            let (failed, out_of_step) = t.join().unwrap();
+            assert!(
+                matches!(
+                    failed,
+                    Err(StageError::Disagreed(Disagreement::Failed { rank: 1 }))
+                ),
+                "{failed:?}"
+            );
+            match out_of_step {
+                Err(StageError::Disagreed(Disagreement::Calls { calls })) => {
+                    assert_eq!(calls, [Some(Call::Stage(SUM)), Some(Call::Launched)])
+                }
+                other => panic!("expected the calls to disagree, got {other:?}"),
+            }
+        }
     }
 }

@@ -82,10 +82,17 @@ pub(super) fn queue_ops(
     outs: &[DevRegion],
 ) -> Result<(), StageError> {
     let err = nccl_stage_err;
-    // SAFETY (every call below): each region is a live device buffer of `len` elements
-    // of its dtype on this rank's GPU, owned by the fused stage for the whole execution
-    // and freed only on this stream, so after these calls complete. Offsets stay within
-    // the regions: the layout was agreed, and `Collective::output_len` sized the outputs.
+    // SAFETY: every call below gets addresses within regions that are live device
+    // buffers of `len` elements of their dtype on this rank's GPU, owned by the fused
+    // stage (or the communicator's scratch buffers) for the whole execution and freed
+    // only on this stream, so after these calls complete. Offsets stay within the
+    // regions: every rank agreed on the layout, the regions were checked against it
+    // (`regions_fit` for host stages; a device stage's regions are sized from it) and
+    // `Collective::output_len` sized the outputs. Aliasing: nothing on the host touches
+    // these buffers (the fused stage holds them uniquely while it runs, and hands out
+    // views only after); on the device, the in-place calls pass one pointer as input and
+    // output, which NCCL allows, and `allgather`/`reducescatter` write an output buffer
+    // separate from their inputs, each value's output range disjoint from the others'.
     unsafe {
         match collective {
             Collective::AllReduce(op) => {

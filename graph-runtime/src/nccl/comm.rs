@@ -15,7 +15,9 @@ use super::calls::{nccl_err, nccl_stage_err, queue_ops, RawComm};
 use super::device::share_pool_with_peers;
 use super::{alloc_zeros, gpu, set_current, Device};
 use crate::bucket::DevRegion;
-use crate::comm::{AbortHandle, Collective, Communicator, Header, RegionMut, StageError};
+use crate::comm::{
+    AbortHandle, Collective, Communicator, Disagreement, Header, RegionMut, StageError,
+};
 use crate::{DType, Error, ReduceOp};
 
 /// What the ranks of one group share.
@@ -196,7 +198,9 @@ impl NcclComm {
     /// Before the abort, the collectives that every rank launched finish
     /// ([`let_collectives_finish`](Self::let_collectives_finish)).
     fn settle<T>(&mut self, r: Result<T, StageError>) -> Result<T, StageError> {
-        if matches!(r, Err(StageError::Comm(_) | StageError::Aborted)) {
+        // Calls out of step with the peers' no longer pair up, in NCCL either.
+        let calls = matches!(r, Err(StageError::Disagreed(Disagreement::Calls { .. })));
+        if calls || matches!(r, Err(StageError::Comm(_) | StageError::Aborted)) {
             self.shared.abort();
             self.let_collectives_finish();
             if let Some(a) = &mut self.attached {
@@ -265,6 +269,13 @@ impl NcclComm {
         outputs: &mut [RegionMut<'_>],
     ) -> Result<(), StageError> {
         self.ready()?;
+        // Regions that do not match the header would have NCCL run past them: this rank
+        // takes part as failed, so that every rank skips the stage.
+        let fits = regions_fit(header, collective, self.size, regions, outputs);
+        if let Err(why) = &fits {
+            let _ = self.agree(&Header::FAILED, collective);
+            return Err(StageError::Disagreed(why.clone()));
+        }
         self.agree(header, collective)?;
         if regions.is_empty() {
             return Ok(());
@@ -304,9 +315,7 @@ impl NcclComm {
     /// The failure model's header agreement, on the host (see `agree.rs`).
     fn agree(&mut self, header: &Header<'_>, collective: Collective) -> Result<(), StageError> {
         self.round = self.round.wrapping_add(1);
-        self.shared
-            .board
-            .agree(self.rank, self.round, header, collective)
+        self.shared.board.agree(self.rank, header, collective)
     }
 
     /// Queues `collective` over every region as one NCCL group: one launch.
@@ -333,10 +342,7 @@ impl NcclComm {
             // The peers' collectives of this stage wait for ours, which will not come.
             self.shared.failed_launch.store(self.round, SeqCst);
         }
-        let confirmed = self
-            .shared
-            .board
-            .confirm(self.rank, self.round, launched.is_ok());
+        let confirmed = self.shared.board.confirm(self.rank, launched.is_ok());
         launched.and(confirmed)
     }
 
@@ -426,9 +432,10 @@ impl Communicator for NcclComm {
             )));
         }
         let mut raw = MaybeUninit::uninit();
-        // SAFETY: `raw` is written by a successful call and read only then; this thread has
-        // the GPU's context current (bound by `Device::new`); every rank calls with the
-        // same id and size and its own rank, as NCCL requires.
+        // SAFETY: `raw` is a local that nothing else refers to, written by a successful
+        // call and read only then; this thread has the GPU's context current (bound by
+        // `Device::new`); every rank calls with the same id and size and its own rank, as
+        // NCCL requires.
         let comm = unsafe {
             nccl::comm_init_rank(
                 raw.as_mut_ptr(),
@@ -484,6 +491,7 @@ impl NcclComm {
         let empty = Header {
             status: crate::comm::Status::Ok,
             slots: &[],
+            dims: &[],
             data: &[],
         };
         let max = Collective::AllReduce(ReduceOp::Max);
@@ -545,11 +553,50 @@ impl Attached {
     }
 }
 
+/// Whether `regions` and `outputs` are what `header` lays out: one region per dtype that
+/// has elements, as long as its slots add up to, and an output of each for a collective
+/// that has outputs, [`Collective::output_len`] long.
+fn regions_fit(
+    header: &Header<'_>,
+    collective: Collective,
+    size: usize,
+    regions: &[RegionMut<'_>],
+    outputs: &[RegionMut<'_>],
+) -> Result<(), Disagreement> {
+    let mut want = [0usize; DType::COUNT];
+    for s in header.slots {
+        let sum = &mut want[s.dtype.index()];
+        *sum = sum.saturating_add(s.len);
+    }
+    let lens = |rs: &[RegionMut<'_>]| {
+        let mut got = [None; DType::COUNT];
+        for r in rs {
+            let at = &mut got[r.dtype().index()];
+            // A dtype passed twice never fits.
+            *at = Some(if at.is_none() { r.len() } else { usize::MAX });
+        }
+        got
+    };
+    let (ins, outs) = (lens(regions), lens(outputs));
+    for d in DType::ALL {
+        let len = want[d.index()];
+        let out_len = collective.output_len(len, size).filter(|_| len > 0);
+        let need = |n: usize| (n > 0).then_some(n);
+        if ins[d.index()] != need(len) || outs[d.index()] != out_len.and_then(need) {
+            return Err(Disagreement::Buffers {
+                reason: format!("this rank's {d} regions do not match its header ({len} elements)"),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// A host region's bytes.
 fn host_bytes<'r>(r: &'r mut RegionMut<'_>) -> &'r mut [u8] {
     let bytes = r.len() * r.dtype().size();
     // SAFETY: the region is a `&mut [T]` of `len` plain-data elements of `dtype`, so
-    // `len * size` initialised bytes, borrowed mutably for `'r`.
+    // `len * size` initialised bytes that any byte pattern is valid for; the result
+    // reborrows `r` mutably for `'r`, so nothing else reads or writes them meanwhile.
     unsafe { std::slice::from_raw_parts_mut(r.as_mut_ptr(), bytes) }
 }
 

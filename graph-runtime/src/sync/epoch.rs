@@ -13,8 +13,9 @@ mod budget {
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     use std::sync::OnceLock;
 
-    const SPINS: u32 = 256;
-    pub(super) const YIELDS: u32 = 128;
+    // Under Miri every spin is interpreted, slowly: park soon.
+    const SPINS: u32 = if cfg!(miri) { 0 } else { 256 };
+    pub(super) const YIELDS: u32 = if cfg!(miri) { 4 } else { 128 };
 
     static LIVE_ACTORS: AtomicUsize = AtomicUsize::new(0);
 
@@ -303,6 +304,14 @@ impl Barrier {
     /// Fails every current and future wait; the barrier cannot be used again.
     pub(crate) fn abort(&self) {
         self.epoch.abort();
+    }
+
+    /// How many times the barrier has opened: read by a party before it waits, the same
+    /// number on every party of the generation that wait completes (the count cannot move
+    /// before every party, this one included, has arrived), and a different one for any
+    /// other generation.
+    pub(crate) fn generation(&self) -> u64 {
+        self.epoch.current()
     }
 }
 

@@ -1,6 +1,6 @@
 //! Model checks of the synchronization, run by `.ci/run` with `RUSTFLAGS="--cfg loom"`:
 //! every interleaving of the driver <-> actor handoff, the barrier, its abort (the same
-//! outcome for every party), and the header agreement of a CPU collective.
+//! outcome for every party), and the call check and header agreement of a CPU collective.
 
 use std::sync::Arc;
 
@@ -10,7 +10,8 @@ use loom::thread;
 
 use super::{Barrier, Epoch};
 use crate::comm::{
-    Backend, Collective, Communicator, Disagreement, Header, SlotData, SlotDesc, StageError, Status,
+    Backend, Call, Collective, Communicator, Disagreement, Header, SlotData, SlotDesc, StageError,
+    Status,
 };
 use crate::{Cpu, DType, Element, ReduceOp};
 
@@ -24,15 +25,20 @@ fn loom_handoff_carries_data_both_ways() {
             let (go, done, cell) = (go.clone(), done.clone(), cell.clone());
             thread::spawn(move || {
                 go.wait_past(0, None).unwrap();
-                // SAFETY (model): the driver wrote before `go` and waits for `done`.
+                // SAFETY: a live cell, which the driver wrote before `go` and does not
+                // touch again before `done`: this thread alone accesses it meanwhile
+                // (what the model checks).
                 let v = cell.with(|p| unsafe { *p });
+                // SAFETY: as above.
                 cell.with_mut(|p| unsafe { *p = v + 1 });
                 done.advance();
             })
         };
+        // SAFETY: a live cell, which the actor touches only after `go`.
         cell.with_mut(|p| unsafe { *p = 41 });
         go.advance();
         done.wait_past(0, None).unwrap();
+        // SAFETY: a live cell, which the actor no longer touches after `done`.
         assert_eq!(cell.with(|p| unsafe { *p }), 42);
         actor.join().unwrap();
     });
@@ -136,6 +142,7 @@ fn stage_pair(lens: [usize; 2], fail: [bool; 2]) -> Vec<(Result<(), StageError>,
                         Status::Ok
                     },
                     slots: &slots,
+                    dims: &[],
                     data: &input_data,
                 };
                 let mut regions = [f32::region_mut(&mut data)];
@@ -183,6 +190,49 @@ fn loom_a_failed_rank_makes_both_skip() {
                 r,
                 Err(StageError::Disagreed(Disagreement::Failed { rank: 1 }))
             ));
+        }
+    });
+}
+
+#[test]
+fn loom_different_collectives_stop_both_ranks_before_any_read() {
+    // Rank 0 reduces while rank 1 broadcasts: under every interleaving both see that the
+    // calls differ and return before touching a peer's memory.
+    loom::model(|| {
+        let comms = Cpu.communicators(2).unwrap();
+        let collectives = [
+            Collective::AllReduce(ReduceOp::Sum),
+            Collective::Broadcast { root: 1 },
+        ];
+        let threads: Vec<_> = comms
+            .into_iter()
+            .enumerate()
+            .map(|(rank, mut comm)| {
+                thread::spawn(move || {
+                    let mut data = vec![(rank + 1) as f32; 2];
+                    let input = data.clone();
+                    let slots = [SlotDesc::flat(DType::F32, 2)];
+                    let header = Header {
+                        status: Status::Ok,
+                        slots: &slots,
+                        dims: &[],
+                        data: &[SlotData::new(&input[..])],
+                    };
+                    let mut regions = [f32::region_mut(&mut data)];
+                    let r = comm.stage(&header, collectives[rank], &mut regions, &mut []);
+                    (r, data)
+                })
+            })
+            .collect();
+        for (rank, t) in threads.into_iter().enumerate() {
+            let (r, data) = t.join().unwrap();
+            match r {
+                Err(StageError::Disagreed(Disagreement::Calls { calls })) => {
+                    assert_eq!(calls, collectives.map(|c| Some(Call::Stage(c))))
+                }
+                other => panic!("expected the calls to disagree, got {other:?}"),
+            }
+            assert_eq!(data, vec![(rank + 1) as f32; 2]);
         }
     });
 }

@@ -12,7 +12,9 @@ pub(crate) use epoch::{actor_ended, actor_started, Barrier, Epoch, Interrupted};
 #[cfg(loom)]
 pub(crate) mod prims {
     pub(crate) use loom::hint::spin_loop;
-    pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
+    pub(crate) use loom::sync::atomic::{
+        fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+    };
     pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) use loom::thread::yield_now;
 }
@@ -20,7 +22,9 @@ pub(crate) mod prims {
 #[cfg(not(loom))]
 pub(crate) mod prims {
     pub(crate) use std::hint::spin_loop;
-    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
+    pub(crate) use std::sync::atomic::{
+        fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+    };
     pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) use std::thread::yield_now;
 }

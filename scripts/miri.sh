@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs the code with `unsafe` in it, and what it relies on, under Miri: once with Stacked
+# Borrows (Miri's default) and once with Tree Borrows, both with strict provenance.
+#
+# What runs (about 5 minutes on a 2-core machine, 7 with a cold build; `.ci/run` calls this):
+#   - the unit tests of graph-runtime's tensor, bucket (the fused stage), comm (the CPU
+#     communicator, its kernels, and the property tests with PROPTEST_CASES cases),
+#     sync (the barrier), exec::edge and exec::pipeline, and element;
+#   - tests/soundness.rs: the soundness regressions, and two 2-actor allreduces through
+#     `graph!`, below and above the size from which ranks share one result buffer.
+# Under `cfg(miri)` the tests shrink their data (the kernels' block is 8 elements and the
+# shared-result threshold 1 KiB there). Not run: the loom models (`cfg(loom)` only),
+# the NCCL backend and its simulated GPU (C code behind FFI; feature `nccl` stays off),
+# the trybuild and child-process tests (other test files).
+#
+# Installs what it needs: the nightly toolchain (minimal profile) if missing, Miri and
+# rust-src. Builds in target/miri, apart from the other builds.
+#
+# Usage: scripts/miri.sh [stacked|tree]   (default: both)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    rustup toolchain install nightly --profile minimal
+fi
+rustup component add miri rust-src --toolchain nightly
+cargo +nightly miri setup
+
+export PROPTEST_CASES=${PROPTEST_CASES:-2}
+models=("${@:-stacked tree}")
+for model in ${models[*]}; do
+    case $model in
+        stacked) flags="" ;;
+        tree) flags="-Zmiri-tree-borrows" ;;
+        *) echo "unknown borrow model: $model (stacked or tree)" >&2; exit 2 ;;
+    esac
+    echo "== Miri, ${model} borrows, strict provenance"
+    export MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-env-forward=PROPTEST_CASES $flags"
+    cargo +nightly miri test --target-dir target/miri -p graph-runtime --lib -- \
+        tensor:: bucket:: comm:: sync:: exec::edge:: exec::pipeline:: element::
+    cargo +nightly miri test --target-dir target/miri -p actorgraph --test soundness
+done
