@@ -87,3 +87,8 @@ pub mod prelude {
         Scatter, Tensor, Ticket,
     };
 }
+// The README's example is compiled and run with the other doc tests, so what the README
+// shows a newcomer works as written.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
