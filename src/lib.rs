@@ -64,15 +64,16 @@
 //! (`reference::nccl`) describe the GPU backend.
 #![warn(missing_docs)]
 
-/// Makes the methods of an inherent `impl` block graph nodes.
+/// Reference: [`reference::actors`] (which methods become graph nodes, and where actors
+/// are made).
 ///
-/// See [`reference::actors`] for which methods become nodes and where actors are made.
+// (rustdoc puts these lines before the macro's own docs, from `graph-macros`.)
 pub use graph_macros::actor;
 
-/// Declares static actor graphs, checks them and generates their types.
+/// Reference: [`reference::grammar`] (the language), [`reference::generated`] (the API
+/// of the generated type), [`reference::errors`] (what it reports).
 ///
-/// See [`reference::grammar`] for the language and [`reference::generated`] for the
-/// API of the generated type.
+// (rustdoc puts these lines before the macro's own docs, from `graph-macros`.)
 pub use graph_macros::graph;
 
 pub use graph_runtime::*;
