@@ -12,7 +12,7 @@
 //!     [--gpus N] [--steps S] [--elems E]
 //! ```
 //!
-//! Needs the NVIDIA driver and NCCL (see the README). Without them, or without a GPU, it
+//! Needs the NVIDIA driver and NCCL (see docs/nccl.md). Without them, or without a GPU, it
 //! says what is missing and how to fix it, and exits with status 1.
 
 use std::error::Error as StdError;

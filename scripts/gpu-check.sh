@@ -26,7 +26,7 @@
 #
 # A GPU machine with no Rust toolchain or no network (as this project's lent device machine
 # is) takes the bundle: build it here, carry DIR there, run `scripts/gpu-check.sh --bundle`
-# there. Dry run without a GPU, on the simulated one (see README, "Testing without a GPU"):
+# there. Dry run without a GPU, on the simulated one (see docs/nccl.md, "Testing without a GPU"):
 #     sh scripts/fake-gpu.sh && LD_LIBRARY_PATH=$PWD/target/fake_gpu \
 #         scripts/gpu-check.sh --bundle
 #

@@ -5,8 +5,10 @@
 //! `#[actor]` on an `impl` block turns its methods into graph nodes; `graph!` declares a
 //! static graph of actor groups, inputs, method calls and collectives, checks it at
 //! compile time and generates its type. Every collective becomes one fused stage: all of
-//! an actor's values packed into one flat buffer, one collective over it, and the outputs
-//! handed back as views into it.
+//! an actor's values packed into one flat buffer per dtype, one collective over it, and
+//! the outputs handed back as views into it. A runtime hosts the actors, one thread each,
+//! and their communicators: [`Cpu`] (shared memory, no set-up) and, with the feature
+//! `nccl`, NCCL on GPUs.
 //!
 //! ```
 //! use actorgraph::prelude::*;
@@ -30,7 +32,7 @@
 //!
 //! fn main() -> Result<(), actorgraph::Error> {
 //!     let workers: Vec<Worker> = (0..4).map(|rank| Worker { rank }).collect();
-//!     let mut g = Bucketed::launch(workers, Cpu::default())?;
+//!     let mut g = Bucketed::launch(workers, Cpu)?;
 //!     let out: Vec<(Tensor<f32>, Tensor<f32>)> = g.execute(Tensor::zeros([1]))?;
 //!     assert_eq!(out[2].0.to_vec(), vec![4.0; 4]);
 //!     assert_eq!(out[2].1.to_vec(), vec![8.0; 2]);
@@ -40,78 +42,43 @@
 //! }
 //! ```
 //!
-//! # Actors
+//! `execute` returns one output per actor, indexed by rank: here a tuple, because the
+//! collective took a list. Nothing of the graph's shape is checked at run time that the
+//! compiler could check: a misspelt name, a method the actor lacks, a value that cannot be
+//! reduced or a reduce op given to `allgather` are compile errors at the user's tokens.
 //!
-//! `#[actor]` goes on one inherent `impl` block of a type, generic or not, in any module
-//! or crate. A graph names the type however it is in scope: `[Worker]`,
-//! `[crate::types::Worker]`, `[W]` after `use model::Worker as W;`, `[Worker<f32>]`.
+//! # Reference
 //!
-//! A method of the block is a graph node when it takes `&self` or `&mut self`, its other
-//! arguments as `&T` or `T` (a `T` holding no reference or lifetime), and returns a value
-//! (of a type without a lifetime; `Result<T, E>` makes it fallible, the graph sees `T`).
-//! Every other method is left as it is written, an ordinary method, so helpers can sit
-//! beside the graph methods: associated functions (no `self`), methods that take `self` by
-//! value, generic, `async` or `unsafe` methods, methods with a `where` clause, with a `&mut`
-//! or `impl Trait` argument, or returning a reference, an `impl Trait` or a type with a
-//! lifetime. A graph that calls one gets a compile error at the call saying why it cannot
-//! be a node. Likewise a node's by-value parameters must be `Clone` (the graph's value is
-//! cloned into the call) and a fallible node's error must convert into
-//! `Box<dyn Error + Send + Sync>`, and a graph that calls a method that falls short gets the
-//! unmet bound as its error. A type has one `#[actor]` block.
+//! The [`reference`](mod@reference) pages hold the full rules, each with examples that run as doc tests:
 //!
-//! An actor type need not be `Send`: actors built on their own threads
-//! (`Actors::each`) may hold an `Rc` or a thread-bound handle. Actors given ready to
-//! `launch` (a `Vec`, an array) move to their threads, so they must be `Send`, and so must
-//! the actors `teardown` hands back. Values that leave their actor (the graph's output,
-//! values that other actors read) must be `Send`; a value used only on its own actor need
-//! not be.
+//! - [`reference::grammar`]: the `graph!` language, several groups and the schedule;
+//! - [`reference::actors`]: what `#[actor]` makes a graph node, and where actors are made;
+//! - [`reference::generated`]: `launch`, `execute`, `submit`/`wait`, the async variants,
+//!   `in_flight`, `teardown`, `to_dot`;
+//! - [`reference::collectives`]: the collectives, [`Bucketable`], [`Gather`], [`Scatter`],
+//!   [`Tensor`], element types and [`ReduceOp`]s;
+//! - [`reference::errors`]: every compile-time and run-time error;
+//! - [`reference::failures`]: what a failure does to the graph, timeouts, teardown.
 //!
-//! ```
-//! use actorgraph::prelude::*;
-//!
-//! mod model {
-//!     pub struct Worker<T> {
-//!         pub weights: Vec<T>,
-//!     }
-//! }
-//!
-//! use model::Worker as W;
-//!
-//! #[actor]
-//! impl<T: actorgraph::Element> W<T> {
-//!     /// A node: the graph calls it.
-//!     fn grad(&mut self) -> Tensor<T> {
-//!         Tensor::from_slice(&self.weights)
-//!     }
-//!     /// Helpers: ordinary methods, which no graph can call.
-//!     fn new(weights: Vec<T>) -> Self {
-//!         W { weights }
-//!     }
-//!     fn weights(&self) -> &[T] {
-//!         &self.weights
-//!     }
-//! }
-//!
-//! graph! {
-//!     Sum(workers: [W<i64>]) {
-//!         let g = workers.grad();
-//!         allreduce(g)
-//!     }
-//! }
-//!
-//! let workers = vec![W::new(vec![1, 2]), W::new(vec![10, 20])];
-//! assert_eq!(workers[1].weights(), &[10, 20]);
-//! let mut g = Sum::launch(workers, Cpu)?;
-//! let out: Vec<Tensor<i64>> = g.execute()?;
-//! assert_eq!(out[0].to_vec(), vec![11, 22]);
-//! # Ok::<(), actorgraph::Error>(())
-//! ```
-//!
-//! See the README for the grammar of `graph!`, the generated API and the errors.
+//! With the feature `nccl`, the `nccl` module and its reference page
+//! (`reference::nccl`) describe the GPU backend.
 #![warn(missing_docs)]
 
-pub use graph_macros::{actor, graph};
+/// Reference: [`reference::actors`] (which methods become graph nodes, and where actors
+/// are made).
+///
+// (rustdoc puts these lines before the macro's own docs, from `graph-macros`.)
+pub use graph_macros::actor;
+
+/// Reference: [`reference::grammar`] (the language), [`reference::generated`] (the API
+/// of the generated type), [`reference::errors`] (what it reports).
+///
+// (rustdoc puts these lines before the macro's own docs, from `graph-macros`.)
+pub use graph_macros::graph;
+
 pub use graph_runtime::*;
+
+pub mod reference;
 
 /// Everything a graph author needs: the macros, tensors, backends, reduce ops and the
 /// traits of the values collectives take.
@@ -121,3 +88,8 @@ pub mod prelude {
         Scatter, Tensor, Ticket,
     };
 }
+// The README's example is compiled and run with the other doc tests, so what the README
+// shows a newcomer works as written.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
