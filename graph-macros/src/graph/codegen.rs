@@ -6,10 +6,11 @@
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
-use super::ir::{checked_type, Check, CheckKind, Graph, OpKind, Place};
+use super::ir::{Check, CheckKind, Graph, OpKind, Place};
 use super::ops::{CollectiveSpec, Kind, OpName, Root};
 use super::parse::GraphDef;
 use super::schedule::{self, Route, Schedule};
+use super::types::checked_type;
 use super::{dot, step};
 
 pub(super) fn rt() -> TokenStream {

@@ -9,7 +9,7 @@
 //! before its first consumer. Each actor runs the items that concern it in that order.
 //!
 //! Why no actor can deadlock: program order is a topological order of the dataflow (a name
-//! is defined before any use, see `ir`), so a send always precedes its receive. Sends never
+//! is defined before any use, see `lower`), so a send always precedes its receive. Sends never
 //! wait (one message per slot per execution; with several executions in flight, a full slot
 //! waits only for an earlier round). A collective is one item in which every actor of its
 //! group takes part. Take the blocked operation with the lowest position: a receive there

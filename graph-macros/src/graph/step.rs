@@ -15,8 +15,9 @@ use quote::{format_ident, quote, quote_spanned};
 use super::codegen::{
     at_user, collective_expr, edge_type, respan, rt, stage_code, GroupPlan, StageValue,
 };
-use super::ir::{checked_type, Graph, OpKind, Place, ValueId};
+use super::ir::{Graph, OpKind, Place, ValueId};
 use super::schedule::{Item, Route, Schedule};
+use super::types::checked_type;
 
 /// A local of the generated step.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
