@@ -67,8 +67,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let edges = sched.edges.iter().enumerate().map(|(e, edge)| {
         let ty = edge_type(g, e);
         let value = &g.values[edge.value].label;
-        let from = g.groups[edge.from.group().unwrap_or(0)].name.to_string();
-        let to = &g.groups[edge.to.group().unwrap_or(0)].name;
+        let from = g.groups[edge.from.group()].name.to_string();
+        let to = &g.groups[edge.to.group()].name;
         let route = match edge.route {
             Route::Zip => quote!(#rt::Route::Zip),
             Route::Fan { from, skip_from } => {
@@ -482,7 +482,7 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
     let edges = sched.edges.iter().filter_map(|e| {
         // Only a per-actor value maps actor i to actor i; a value of one actor goes
         // wherever its index (checked above) says.
-        let (Place::Group(from), Some(to)) = (e.from, e.to.group()) else {
+        let (Place::Group(from), to) = (e.from, e.to.group()) else {
             return None;
         };
         let (f, t) = (&g.groups[from].name, &g.groups[to].name);
@@ -666,8 +666,8 @@ fn respan_ends(tokens: TokenStream, at: Span) -> TokenStream {
 fn part_type(g: &Graph, k: usize) -> TokenStream {
     let v = &g.values[g.output.parts[k]];
     let ty = &g.output.tys[k];
-    match v.place {
-        Place::Actor(..) => quote!(::core::option::Option<#ty>),
+    match v.place() {
+        Some(Place::Actor(..)) => quote!(::core::option::Option<#ty>),
         _ => quote!(#ty),
     }
 }
@@ -746,7 +746,7 @@ impl GroupPlan {
             .parts
             .iter()
             .enumerate()
-            .filter(|(_, &v)| g.values[v].place.group() == Some(index))
+            .filter(|(_, &v)| g.values[v].place().map(Place::group) == Some(index))
             .map(|(k, _)| k)
             .collect();
         let tys = out_parts.iter().map(|&k| part_type(g, k));

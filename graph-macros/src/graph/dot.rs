@@ -3,26 +3,19 @@
 //! stage, however many values it fuses), the graph inputs, the output, and an edge per
 //! value read. Values that cross between actors are bold and name the ranks they connect.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use quote::ToTokens;
 
-use super::ir::{Graph, OpKind, Place, ValueId};
+use super::ir::{Graph, OpKind, Origin, Place, ValueId};
 use super::schedule::{Route, Schedule};
 use crate::diag::tidy;
 
 const CROSS: &str = "#c0392b";
 
 pub(crate) fn to_dot(g: &Graph, sched: &Schedule) -> String {
-    let mut made_by: HashMap<ValueId, usize> = HashMap::new();
-    for (i, op) in g.ops.iter().enumerate() {
-        for &o in &op.outs {
-            made_by.insert(o, i);
-        }
-    }
     let mut d = Dot {
         g,
-        made_by,
         out: String::new(),
         seen: HashSet::new(),
     };
@@ -32,7 +25,6 @@ pub(crate) fn to_dot(g: &Graph, sched: &Schedule) -> String {
 
 struct Dot<'a> {
     g: &'a Graph<'a>,
-    made_by: HashMap<ValueId, usize>,
     out: String,
     /// Edges written so far, to write each once.
     seen: HashSet<(String, String, String)>,
@@ -147,12 +139,9 @@ impl Dot<'_> {
     /// The nodes a value comes from (through tuple plumbing).
     fn producers(&self, v: ValueId, into: &mut Vec<String>) {
         let g = self.g;
-        if g.values[v].place == Place::Input {
-            into.push(format!("in_{}", g.values[v].ident));
-            return;
-        }
-        let Some(&i) = self.made_by.get(&v) else {
-            return;
+        let i = match g.values[v].origin {
+            Origin::Input(k) => return into.push(format!("in_{}", g.inputs[k].name)),
+            Origin::Op { op, .. } => op,
         };
         match &g.ops[i].kind {
             OpKind::Tuple { parts } => parts.iter().for_each(|&p| self.producers(p, into)),

@@ -12,6 +12,7 @@ use super::ops::{CollectiveSpec, OpName, Root};
 use super::parse::GraphDef;
 
 pub(crate) type ValueId = usize;
+pub(crate) type OpId = usize;
 
 pub(crate) struct Graph<'a> {
     pub(crate) def: &'a GraphDef,
@@ -69,25 +70,34 @@ pub(crate) struct InputDecl {
     pub(crate) value: ValueId,
 }
 
-/// Where a value lives.
+/// Where an op runs, and so where the values it makes live: always on the actors of a
+/// group. A graph input has no place (every actor reads it, see `Origin`), so an op cannot
+/// be placed on one: there is no such `Place`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub(crate) enum Place {
-    /// A graph input: every actor reads it.
-    Input,
-    /// A per-actor value: one on every actor of the group.
+    /// Every actor of the group: a per-actor value, one on each.
     Group(usize),
-    /// A value on one actor, `group[index]`, only.
+    /// One actor, `group[index]`, only.
     Actor(usize, usize),
 }
 
 impl Place {
-    /// The group whose actors hold it.
-    pub(crate) fn group(self) -> Option<usize> {
+    /// The group whose actors it names.
+    pub(crate) fn group(self) -> usize {
         match self {
-            Place::Input => None,
-            Place::Group(g) | Place::Actor(g, _) => Some(g),
+            Place::Group(g) | Place::Actor(g, _) => g,
         }
     }
+}
+
+/// Where a value comes from: recorded once, when lowering makes the value, and read by
+/// every later stage.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Origin {
+    /// Graph input `i` (`Graph::inputs[i]`), the same on every actor.
+    Input(usize),
+    /// An output of op `op`, living where the op runs (`place` is `ops[op].place`).
+    Op { op: OpId, place: Place },
 }
 
 pub(crate) struct Value {
@@ -97,22 +107,44 @@ pub(crate) struct Value {
     pub(crate) named: bool,
     /// How the user wrote it: its name, or the expression that made it.
     pub(crate) label: String,
-    pub(crate) place: Place,
+    pub(crate) origin: Origin,
     /// Its type on an actor that holds it (a single-actor value is an `Option` of it in
     /// the generated step, `Some` on its actor).
     pub(crate) ty: TokenStream,
 }
 
+impl Value {
+    /// Where it lives; `None` for a graph input, which every actor reads.
+    pub(crate) fn place(&self) -> Option<Place> {
+        match self.origin {
+            Origin::Input(_) => None,
+            Origin::Op { place, .. } => Some(place),
+        }
+    }
+
+    /// The op that made it; `None` for a graph input.
+    pub(crate) fn made_by(&self) -> Option<OpId> {
+        match self.origin {
+            Origin::Input(_) => None,
+            Origin::Op { op, .. } => Some(op),
+        }
+    }
+
+    pub(crate) fn is_input(&self) -> bool {
+        matches!(self.origin, Origin::Input(_))
+    }
+}
+
 pub(crate) struct Op {
-    /// Where it runs: `Group` or `Actor`, never `Input`.
     pub(crate) place: Place,
     pub(crate) kind: OpKind,
+    /// The values it makes, each with `Origin::Op` naming this op.
     pub(crate) outs: Vec<ValueId>,
 }
 
 impl Op {
     pub(crate) fn group(&self) -> usize {
-        self.place.group().unwrap_or(0)
+        self.place.group()
     }
 }
 

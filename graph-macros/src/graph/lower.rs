@@ -16,7 +16,8 @@ use quote::{format_ident, quote, ToTokens};
 use syn::spanned::Spanned;
 
 use super::ir::{
-    Check, CheckKind, Graph, GroupDecl, InputDecl, Op, OpKind, Output, Place, Value, ValueId,
+    Check, CheckKind, Graph, GroupDecl, InputDecl, Op, OpKind, Origin, Output, Place, Value,
+    ValueId,
 };
 use super::parse::GraphDef;
 use super::types::{call_output, checked_type, privacy, tuple, tuple_field};
@@ -46,8 +47,6 @@ struct Lowerer<'d> {
     /// Every name a `let` of the graph defines, where: a use before its definition gets a
     /// better error than an unknown name.
     defined_later: HashMap<String, Span>,
-    /// The op that produced a value, for tuple-field types.
-    producer: HashMap<ValueId, usize>,
     /// The graph's type, which numbers its method calls (`MethodCall<K>`).
     graph: &'d Ident,
     calls: usize,
@@ -68,7 +67,6 @@ pub(crate) fn lower<'a>(def: &'a GraphDef, diag: &mut Diag) -> Option<Graph<'a>>
         ops: Vec::new(),
         scope: HashMap::new(),
         defined_later: let_names(def),
-        producer: HashMap::new(),
     };
     l.params(def);
     let output = l.body(def);
@@ -116,7 +114,7 @@ impl Lowerer<'_> {
         &mut self,
         ident: Option<Ident>,
         label: String,
-        place: Place,
+        origin: Origin,
         ty: TokenStream,
     ) -> ValueId {
         let id = self.values.len();
@@ -126,10 +124,31 @@ impl Lowerer<'_> {
             ident,
             named,
             label,
-            place,
+            origin,
             ty,
         });
         id
+    }
+
+    /// Adds an op at `place` and the values it makes (a label and a type each): the one
+    /// place where ops are made, so every value made by an op names it as its origin.
+    fn push_op(
+        &mut self,
+        place: Place,
+        kind: OpKind,
+        outs: Vec<(String, TokenStream)>,
+    ) -> Vec<ValueId> {
+        let op = self.ops.len();
+        let outs: Vec<ValueId> = outs
+            .into_iter()
+            .map(|(label, ty)| self.new_value(None, label, Origin::Op { op, place }, ty))
+            .collect();
+        self.ops.push(Op {
+            place,
+            kind,
+            outs: outs.clone(),
+        });
+        outs
     }
 
     fn params(&mut self, def: &GraphDef) {
@@ -162,7 +181,7 @@ impl Lowerer<'_> {
                     let v = self.new_value(
                         Some(p.name.clone()),
                         p.name.to_string(),
-                        Place::Input,
+                        Origin::Input(self.inputs.len()),
                         quote!(#ty),
                     );
                     let k = self.check(quote!(#ty), ty.span(), CheckKind::Input);
@@ -312,10 +331,10 @@ impl Lowerer<'_> {
     fn tuple(&mut self, parts: Vec<ValueId>, at: &dyn ToTokens) -> Option<ValueId> {
         let mut place = None;
         for &p in &parts {
-            match (self.values[p].place, place) {
-                (Place::Input, _) => {}
-                (here, None) => place = Some(here),
-                (here, Some(first)) if here != first => {
+            match (self.values[p].place(), place) {
+                (None, _) => {}
+                (Some(here), None) => place = Some(here),
+                (Some(here), Some(first)) if here != first => {
                     self.diag.error_at(
                         at,
                         format!(
@@ -345,20 +364,13 @@ impl Lowerer<'_> {
             .map(|&p| self.values[p].label.as_str())
             .collect();
         let label = format!("({})", labels.join(", "));
-        let out = self.new_value(None, label, place, ty);
-        self.producer.insert(out, self.ops.len());
-        self.ops.push(Op {
-            place,
-            kind: OpKind::Tuple { parts },
-            outs: vec![out],
-        });
-        Some(out)
+        let outs = self.push_op(place, OpKind::Tuple { parts }, vec![(label, ty)]);
+        Some(outs[0])
     }
 
     /// Where a value lives, in words.
     fn describe(&self, place: Place) -> String {
         match place {
-            Place::Input => "every actor (a graph input)".into(),
             Place::Group(g) => format!("group `{}`", self.groups[g].name),
             Place::Actor(g, k) => format!("`{}[{k}]`", self.groups[g].name),
         }
@@ -373,24 +385,23 @@ impl Lowerer<'_> {
     /// Destructures `src` into `n` values; `pat` is the user's pattern, where a value that
     /// is not a tuple of `n` fields gets its one error.
     fn fields(&mut self, src: ValueId, n: usize, pat: &syn::PatTuple) -> Option<Vec<ValueId>> {
-        let place = self.values[src].place;
-        if place == Place::Input {
+        let Some(place) = self.values[src].place() else {
             self.diag.error(
                 self.values[src].ident.span(),
                 "a graph input cannot be destructured",
             );
             return None;
-        }
+        };
         let src_ty = self.values[src].ty.clone();
-        let known: Option<Vec<TokenStream>> =
-            self.producer
-                .get(&src)
-                .and_then(|&op| match &self.ops.get(op)?.kind {
-                    OpKind::Tuple { parts } => {
-                        Some(parts.iter().map(|&p| self.values[p].ty.clone()).collect())
-                    }
-                    _ => None,
-                });
+        let known: Option<Vec<TokenStream>> = self.values[src].made_by().and_then(|op| match &self
+            .ops[op]
+            .kind
+        {
+            OpKind::Tuple { parts } => {
+                Some(parts.iter().map(|&p| self.values[p].ty.clone()).collect())
+            }
+            _ => None,
+        });
         let (tys, check) = match known {
             Some(tys) if tys.len() == n => (tys, None),
             Some(tys) => {
@@ -410,20 +421,12 @@ impl Lowerer<'_> {
                 (tys, Some(k))
             }
         };
-        let outs: Vec<ValueId> = tys
+        let outs = tys
             .into_iter()
             .enumerate()
-            .map(|(i, ty)| {
-                let label = format!("{}.{i}", self.values[src].label);
-                self.new_value(None, label, place, ty)
-            })
+            .map(|(i, ty)| (format!("{}.{i}", self.values[src].label), ty))
             .collect();
-        self.ops.push(Op {
-            place,
-            kind: OpKind::Fields { src, check },
-            outs: outs.clone(),
-        });
-        Some(outs)
+        Some(self.push_op(place, OpKind::Fields { src, check }, outs))
     }
 
     fn output(&mut self, e: &syn::Expr) -> Option<Output> {
@@ -441,7 +444,7 @@ impl Lowerer<'_> {
         let mut ok = true;
         let mut tys = Vec::new();
         for (&p, &at) in parts.iter().zip(&spans) {
-            if self.values[p].place == Place::Input {
+            if self.values[p].is_input() {
                 let name = &self.values[p].ident;
                 self.diag.error(
                     name.span(),
@@ -546,28 +549,23 @@ impl Lowerer<'_> {
         let args: Vec<Option<ValueId>> = m.args.iter().map(|a| self.one(a)).collect();
         let place = place?;
         let arg_ids: Vec<ValueId> = args.into_iter().collect::<Option<_>>()?;
-        let group = place.group().unwrap_or(0);
+        let group = place.group();
         let (actor, method, graph) = (&self.groups[group].actor, &m.method, self.graph);
         let call = self.calls;
         self.calls += 1;
         let ty = call_output(graph, actor, call, method.span());
         let receiver = show(&m.receiver);
         let label = format!("{receiver}.{method}(..)");
-        let out = self.new_value(None, label, place, ty);
-        self.producer.insert(out, self.ops.len());
-        self.ops.push(Op {
-            place,
-            kind: OpKind::Call {
-                call,
-                method: m.method.clone(),
-                receiver,
-                args: arg_ids,
-                arg_spans: m.args.iter().map(|a| a.span()).collect(),
-                parens: m.paren_token.span.join(),
-            },
-            outs: vec![out],
-        });
-        Some(out)
+        let kind = OpKind::Call {
+            call,
+            method: m.method.clone(),
+            receiver,
+            args: arg_ids,
+            arg_spans: m.args.iter().map(|a| a.span()).collect(),
+            parens: m.paren_token.span.join(),
+        };
+        let outs = self.push_op(place, kind, vec![(label, ty)]);
+        Some(outs[0])
     }
 
     /// The actors a method runs on: `group` (every actor) or `group[k]` (one).

@@ -108,7 +108,7 @@ impl Gen<'_> {
         if let Some(&e) = self.sched.landing.get(&(v, at)) {
             return Some(Local::Landed(e));
         }
-        (self.g.values[v].place != Place::Input).then_some(Local::Value(v))
+        (!self.g.values[v].is_input()).then_some(Local::Value(v))
     }
 
     fn note(&mut self, l: Local) {
@@ -204,7 +204,7 @@ impl Gen<'_> {
     /// Whether a local holds `Option<T>` (a value of one actor) rather than `T`.
     fn is_single(&self, l: Local) -> bool {
         match l {
-            Local::Value(v) => matches!(self.g.values[v].place, Place::Actor(..)),
+            Local::Value(v) => matches!(self.g.values[v].place(), Some(Place::Actor(..))),
             Local::Landed(e) => matches!(self.sched.edges[e].to, Place::Actor(..)),
         }
     }

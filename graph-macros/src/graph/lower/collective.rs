@@ -5,7 +5,9 @@
 use syn::spanned::Spanned;
 
 use super::{show, Lowered, Lowerer};
-use crate::graph::ir::{CheckKind, Op, OpKind, Place, ValueId};
+use proc_macro2::TokenStream;
+
+use crate::graph::ir::{CheckKind, OpKind, Place};
 use crate::graph::ops::{self, CollectiveSpec, Kind, OpName, Param, Root, REDUCE_OPS};
 use crate::graph::types::{checked_type, gathered, output_type};
 
@@ -73,8 +75,8 @@ impl Lowerer<'_> {
                 ok = false;
                 continue;
             };
-            match self.values[v].place {
-                Place::Input => {
+            match self.values[v].place() {
+                None => {
                     self.diag.error_at(
                         e,
                         format!(
@@ -84,7 +86,7 @@ impl Lowerer<'_> {
                     );
                     ok = false;
                 }
-                Place::Actor(g, k) => {
+                Some(Place::Actor(g, k)) => {
                     self.diag.error_at(
                         e,
                         format!(
@@ -94,7 +96,7 @@ impl Lowerer<'_> {
                     );
                     ok = false;
                 }
-                Place::Group(g) => match group {
+                Some(Place::Group(g)) => match group {
                     None => group = Some((g, e)),
                     Some((g0, _)) if g0 != g => {
                         self.diag.error_at(
@@ -147,7 +149,7 @@ impl Lowerer<'_> {
                 .collect(),
             _ => Vec::new(),
         };
-        let outs: Vec<ValueId> = ins
+        let outs: Vec<(String, TokenStream)> = ins
             .iter()
             .zip(&exprs)
             .enumerate()
@@ -161,26 +163,20 @@ impl Lowerer<'_> {
                 } else {
                     name.clone()
                 };
-                self.new_value(None, label, Place::Group(group), ty)
+                (label, ty)
             })
             .collect();
-        for &o in &outs {
-            self.producer.insert(o, self.ops.len());
-        }
-        self.ops.push(Op {
-            place: Place::Group(group),
-            kind: OpKind::Collective {
-                spec,
-                op,
-                root,
-                args: ins,
-                arg_spans: exprs.iter().map(|e| e.span()).collect(),
-                checks,
-                stage,
-                span: c.span(),
-            },
-            outs: outs.clone(),
-        });
+        let kind = OpKind::Collective {
+            spec,
+            op,
+            root,
+            args: ins,
+            arg_spans: exprs.iter().map(|e| e.span()).collect(),
+            checks,
+            stage,
+            span: c.span(),
+        };
+        let outs = self.push_op(Place::Group(group), kind, outs);
         Some(if nested {
             Lowered::Parts(outs)
         } else {
