@@ -567,7 +567,7 @@ fn index_asserts(g: &Graph) -> Vec<TokenStream> {
                     "`{}[{k}]` is out of range: group `{}` has `{}` actors",
                     d.name,
                     d.name,
-                    crate::diag::tidy(&quote!(#len).to_string())
+                    crate::diag::tidy(len)
                 );
                 quote_spanned!(span=> const _: () = ::core::assert!(#k < (#len), #msg);)
             })

@@ -5,8 +5,6 @@
 
 use std::collections::HashSet;
 
-use quote::ToTokens;
-
 use super::ir::{Graph, OpKind, Origin, Place, ValueId};
 use super::schedule::{Route, Schedule};
 use crate::diag::tidy;
@@ -56,7 +54,7 @@ impl Dot<'_> {
         );
         self.line(1, "edge [fontname=\"Helvetica\", fontsize=9];");
         for inp in &g.inputs {
-            let ty = tidy(&inp.ty.to_token_stream().to_string());
+            let ty = tidy(&inp.ty);
             let label = format!("{}: {ty}", inp.name);
             self.line(
                 1,
@@ -68,9 +66,9 @@ impl Dot<'_> {
             );
         }
         for (gi, decl) in g.groups.iter().enumerate() {
-            let actor = tidy(&decl.actor.to_token_stream().to_string());
+            let actor = &decl.actor_text;
             let size = match &decl.size {
-                Some((len, _)) => format!("; {}", tidy(&len.to_token_stream().to_string())),
+                Some((len, _)) => format!("; {}", tidy(len)),
                 None => String::new(),
             };
             self.line(1, &format!("subgraph cluster_{} {{", decl.name));

@@ -19,7 +19,7 @@ use super::ir::{
     Check, CheckKind, Graph, GroupDecl, InputDecl, Op, OpKind, Origin, Output, Place, Value,
     ValueId,
 };
-use super::parse::GraphDef;
+use super::parse::{int_literal, GraphDef};
 use super::types::{call_output, checked_type, privacy, tuple, tuple_field};
 use crate::diag::{tidy, Diag};
 
@@ -169,7 +169,7 @@ impl Lowerer<'_> {
                     self.groups.push(GroupDecl {
                         name: p.name.clone(),
                         actor: elem.clone(),
-                        actor_text: tidy(&elem.to_token_stream().to_string()),
+                        actor_text: tidy(elem),
                         size,
                         indices: Vec::new(),
                         stages: Vec::new(),
@@ -554,7 +554,7 @@ impl Lowerer<'_> {
         let call = self.calls;
         self.calls += 1;
         let ty = call_output(graph, actor, call, method.span());
-        let receiver = show(&m.receiver);
+        let receiver = tidy(&m.receiver);
         let label = format!("{receiver}.{method}(..)");
         let kind = OpKind::Call {
             call,
@@ -600,20 +600,13 @@ impl Lowerer<'_> {
                         return None;
                     }
                 };
-                let index = match &*ix.index {
-                    syn::Expr::Lit(syn::ExprLit {
-                        lit: syn::Lit::Int(lit),
-                        ..
-                    }) => lit.base10_parse::<usize>().ok(),
-                    _ => None,
-                };
-                let Some(index) = index else {
+                let Some(index) = int_literal(&ix.index) else {
                     let g = &self.groups[group].name;
                     self.diag.error_at(
                         &ix.index,
                         format!(
                             "an actor index is a rank, written as an integer literal such as `{g}[0]`, not `{}`",
-                            show(&ix.index)
+                            tidy(&ix.index)
                         ),
                     );
                     return None;
@@ -646,17 +639,6 @@ impl Lowerer<'_> {
     }
 }
 
-/// An integer literal's value.
-fn int_literal(e: &syn::Expr) -> Option<usize> {
-    match e {
-        syn::Expr::Lit(syn::ExprLit {
-            lit: syn::Lit::Int(lit),
-            ..
-        }) => lit.base10_parse().ok(),
-        _ => None,
-    }
-}
-
 /// Every name a `let` of the graph binds, with its span.
 fn let_names(def: &GraphDef) -> HashMap<String, Span> {
     let mut names = HashMap::new();
@@ -676,18 +658,4 @@ fn let_names(def: &GraphDef) -> HashMap<String, Span> {
         }
     }
     names
-}
-
-/// A compact rendering of a user's expression for stage names.
-fn show(e: &syn::Expr) -> String {
-    let s = quote!(#e).to_string();
-    s.replace(" . ", ".")
-        .replace(" [", "[")
-        .replace("[ ", "[")
-        .replace(" ]", "]")
-        .replace("- ", "-")
-        .replace(" (", "(")
-        .replace("( ", "(")
-        .replace(" )", ")")
-        .replace(" ,", ",")
 }

@@ -141,3 +141,16 @@ fn collect_receivers(e: &syn::Expr, into: &mut HashSet<String>) {
         _ => {}
     }
 }
+
+/// The value of an integer literal (a fixed group's size, an actor index, a root rank):
+/// the one place the macros read a number the user wrote. `None` for anything else,
+/// including a literal too large for a `usize`.
+pub(crate) fn int_literal(e: &syn::Expr) -> Option<usize> {
+    match e {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(lit),
+            ..
+        }) => lit.base10_parse().ok(),
+        _ => None,
+    }
+}

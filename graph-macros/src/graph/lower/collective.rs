@@ -4,11 +4,13 @@
 
 use syn::spanned::Spanned;
 
-use super::{show, Lowered, Lowerer};
+use super::{Lowered, Lowerer};
+use crate::diag::tidy;
 use proc_macro2::TokenStream;
 
 use crate::graph::ir::{CheckKind, OpKind, Place};
 use crate::graph::ops::{self, CollectiveSpec, Kind, OpName, Param, Root, REDUCE_OPS};
+use crate::graph::parse::int_literal;
 use crate::graph::types::{checked_type, gathered, output_type};
 
 impl Lowerer<'_> {
@@ -127,7 +129,7 @@ impl Lowerer<'_> {
             }
         }
         let stage = self.groups[group].stages.len();
-        let mut shown: Vec<String> = exprs.iter().map(|e| show(e)).collect();
+        let mut shown: Vec<String> = exprs.iter().map(tidy).collect();
         if nested {
             shown = vec![format!("[{}]", shown.join(", "))];
         }
@@ -249,24 +251,18 @@ impl Lowerer<'_> {
     }
 
     fn root(&mut self, spec: &CollectiveSpec, e: &syn::Expr) -> Option<Root> {
-        if let syn::Expr::Lit(syn::ExprLit {
-            lit: syn::Lit::Int(lit),
-            ..
-        }) = e
-        {
-            if let Ok(rank) = lit.base10_parse::<usize>() {
-                return Some(Root {
-                    rank,
-                    span: lit.span(),
-                });
-            }
+        if let Some(rank) = int_literal(e) {
+            return Some(Root {
+                rank,
+                span: e.span(),
+            });
         }
         self.diag.error_at(
             e,
             format!(
                 "the root of `{}` is a rank, written as an integer literal such as `0`, not `{}`",
                 spec.name,
-                show(e)
+                tidy(e)
             ),
         );
         None
@@ -290,12 +286,8 @@ impl Lowerer<'_> {
                     e,
                     format!(
                         "unknown reduce op `{}`; expected one of {}",
-                        show(e),
-                        REDUCE_OPS
-                            .iter()
-                            .map(|op| format!("`{op}`"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        tidy(e),
+                        ops::reduce_op_names()
                     ),
                 );
                 None
