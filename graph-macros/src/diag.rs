@@ -28,6 +28,15 @@ impl Diag {
         self.errors.is_empty()
     }
 
+    /// Every message, in the order reported (a combined error's parts one by one).
+    #[cfg(test)]
+    pub(crate) fn messages(&self) -> Vec<String> {
+        self.errors
+            .iter()
+            .flat_map(|e| e.clone().into_iter().map(|e| e.to_string()))
+            .collect()
+    }
+
     /// One `compile_error!` per error.
     pub(crate) fn to_tokens(&self) -> TokenStream {
         self.errors

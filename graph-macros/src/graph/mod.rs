@@ -13,6 +13,8 @@ mod ops;
 mod parse;
 mod schedule;
 mod step;
+#[cfg(test)]
+mod tests;
 mod types;
 
 use proc_macro2::TokenStream;

@@ -37,7 +37,7 @@ pub(crate) struct Edge {
 }
 
 /// Which ranks an edge connects.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Route {
     /// Rank i of one group feeds rank i of another (sizes checked at launch).
     Zip,
@@ -49,7 +49,7 @@ pub(crate) enum Route {
 }
 
 /// One item of the global order.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Item {
     Op(usize),
     Send(usize),
