@@ -576,7 +576,7 @@ fn index_asserts(g: &Graph) -> Vec<TokenStream> {
 }
 
 /// `impl Checked<K, P> for Graph` for each value type the graph checks (see `ir::Check`,
-/// `ir::checked_type`), then for each edge's value (checked `Send`):
+/// `types::checked_type`), then for each edge's value (checked `Send`):
 /// the type itself when it satisfies the bound, checked by a constant at the user's
 /// argument; when it does not, that constant fails with the bound's own message, and the
 /// type, with every type and call derived from it, is an error that reports nothing more.

@@ -23,7 +23,7 @@ pub(crate) struct Graph<'a> {
     pub(crate) output: Output,
     /// Value types checked in a constant of the graph (`Checked<K>`, see codegen).
     pub(crate) checks: Vec<Check>,
-    /// The second parameter of the graph's `Checked` impls (see `checked_type`).
+    /// The second parameter of the graph's `Checked` impls (see `types::checked_type`).
     pub(crate) privacy: TokenStream,
 }
 
