@@ -102,7 +102,7 @@ impl Node {
                 continue;
             };
             let (pat, ty) = (&pt.pat, &pt.ty);
-            text.push(tidy(&quote!(#pat: #ty).to_string()));
+            text.push(tidy(quote!(#pat: #ty)));
             let (ty, by_value) =
                 match &**ty {
                     syn::Type::Reference(r) if r.mutability.is_some() => return Err(

@@ -6,10 +6,11 @@
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
-use super::ir::{checked_type, Check, CheckKind, Graph, OpKind, Place};
+use super::ir::{Check, CheckKind, Graph, OpKind, Place};
 use super::ops::{CollectiveSpec, Kind, OpName, Root};
 use super::parse::GraphDef;
 use super::schedule::{self, Route, Schedule};
+use super::types::checked_type;
 use super::{dot, step};
 
 pub(super) fn rt() -> TokenStream {
@@ -66,8 +67,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let edges = sched.edges.iter().enumerate().map(|(e, edge)| {
         let ty = edge_type(g, e);
         let value = &g.values[edge.value].label;
-        let from = g.groups[edge.from.group().unwrap_or(0)].name.to_string();
-        let to = &g.groups[edge.to.group().unwrap_or(0)].name;
+        let from = g.groups[edge.from.group()].name.to_string();
+        let to = &g.groups[edge.to.group()].name;
         let route = match edge.route {
             Route::Zip => quote!(#rt::Route::Zip),
             Route::Fan { from, skip_from } => {
@@ -481,7 +482,7 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
     let edges = sched.edges.iter().filter_map(|e| {
         // Only a per-actor value maps actor i to actor i; a value of one actor goes
         // wherever its index (checked above) says.
-        let (Place::Group(from), Some(to)) = (e.from, e.to.group()) else {
+        let (Place::Group(from), to) = (e.from, e.to.group()) else {
             return None;
         };
         let (f, t) = (&g.groups[from].name, &g.groups[to].name);
@@ -566,7 +567,7 @@ fn index_asserts(g: &Graph) -> Vec<TokenStream> {
                     "`{}[{k}]` is out of range: group `{}` has `{}` actors",
                     d.name,
                     d.name,
-                    crate::diag::tidy(&quote!(#len).to_string())
+                    crate::diag::tidy(len)
                 );
                 quote_spanned!(span=> const _: () = ::core::assert!(#k < (#len), #msg);)
             })
@@ -575,7 +576,7 @@ fn index_asserts(g: &Graph) -> Vec<TokenStream> {
 }
 
 /// `impl Checked<K, P> for Graph` for each value type the graph checks (see `ir::Check`,
-/// `ir::checked_type`), then for each edge's value (checked `Send`):
+/// `types::checked_type`), then for each edge's value (checked `Send`):
 /// the type itself when it satisfies the bound, checked by a constant at the user's
 /// argument; when it does not, that constant fails with the bound's own message, and the
 /// type, with every type and call derived from it, is an error that reports nothing more.
@@ -665,8 +666,8 @@ fn respan_ends(tokens: TokenStream, at: Span) -> TokenStream {
 fn part_type(g: &Graph, k: usize) -> TokenStream {
     let v = &g.values[g.output.parts[k]];
     let ty = &g.output.tys[k];
-    match v.place {
-        Place::Actor(..) => quote!(::core::option::Option<#ty>),
+    match v.place() {
+        Some(Place::Actor(..)) => quote!(::core::option::Option<#ty>),
         _ => quote!(#ty),
     }
 }
@@ -745,7 +746,7 @@ impl GroupPlan {
             .parts
             .iter()
             .enumerate()
-            .filter(|(_, &v)| g.values[v].place.group() == Some(index))
+            .filter(|(_, &v)| g.values[v].place().map(Place::group) == Some(index))
             .map(|(k, _)| k)
             .collect();
         let tys = out_parts.iter().map(|&k| part_type(g, k));

@@ -3,26 +3,17 @@
 //! stage, however many values it fuses), the graph inputs, the output, and an edge per
 //! value read. Values that cross between actors are bold and name the ranks they connect.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use quote::ToTokens;
-
-use super::ir::{Graph, OpKind, Place, ValueId};
+use super::ir::{Graph, OpKind, Origin, Place, ValueId};
 use super::schedule::{Route, Schedule};
 use crate::diag::tidy;
 
 const CROSS: &str = "#c0392b";
 
 pub(crate) fn to_dot(g: &Graph, sched: &Schedule) -> String {
-    let mut made_by: HashMap<ValueId, usize> = HashMap::new();
-    for (i, op) in g.ops.iter().enumerate() {
-        for &o in &op.outs {
-            made_by.insert(o, i);
-        }
-    }
     let mut d = Dot {
         g,
-        made_by,
         out: String::new(),
         seen: HashSet::new(),
     };
@@ -32,7 +23,6 @@ pub(crate) fn to_dot(g: &Graph, sched: &Schedule) -> String {
 
 struct Dot<'a> {
     g: &'a Graph<'a>,
-    made_by: HashMap<ValueId, usize>,
     out: String,
     /// Edges written so far, to write each once.
     seen: HashSet<(String, String, String)>,
@@ -64,7 +54,7 @@ impl Dot<'_> {
         );
         self.line(1, "edge [fontname=\"Helvetica\", fontsize=9];");
         for inp in &g.inputs {
-            let ty = tidy(&inp.ty.to_token_stream().to_string());
+            let ty = tidy(&inp.ty);
             let label = format!("{}: {ty}", inp.name);
             self.line(
                 1,
@@ -76,9 +66,9 @@ impl Dot<'_> {
             );
         }
         for (gi, decl) in g.groups.iter().enumerate() {
-            let actor = tidy(&decl.actor.to_token_stream().to_string());
+            let actor = &decl.actor_text;
             let size = match &decl.size {
-                Some((len, _)) => format!("; {}", tidy(&len.to_token_stream().to_string())),
+                Some((len, _)) => format!("; {}", tidy(len)),
                 None => String::new(),
             };
             self.line(1, &format!("subgraph cluster_{} {{", decl.name));
@@ -147,12 +137,9 @@ impl Dot<'_> {
     /// The nodes a value comes from (through tuple plumbing).
     fn producers(&self, v: ValueId, into: &mut Vec<String>) {
         let g = self.g;
-        if g.values[v].place == Place::Input {
-            into.push(format!("in_{}", g.values[v].ident));
-            return;
-        }
-        let Some(&i) = self.made_by.get(&v) else {
-            return;
+        let i = match g.values[v].origin {
+            Origin::Input(k) => return into.push(format!("in_{}", g.inputs[k].name)),
+            Origin::Op { op, .. } => op,
         };
         match &g.ops[i].kind {
             OpKind::Tuple { parts } => parts.iter().for_each(|&p| self.producers(p, into)),

@@ -1,16 +1,21 @@
-//! `graph!`: parse (syn AST, spans kept) -> lower into an IR of values and ops keyed by id,
-//! checking as it goes (every error collected with its span) -> schedule (edges between
-//! actors, one order for every actor) -> codegen (the graph's type, a step per actor group,
-//! its DOT picture). On error the graph still expands to its struct with the right methods,
-//! so the user sees the real errors and not a wall of secondary ones.
+//! `graph!`, one file per stage: `parse` (syn AST, spans kept) -> `lower` into the IR of
+//! `ir` (values and ops keyed by index), checking as it goes (every error collected with
+//! its span in a `Diag`), with the types it cannot know spelled by `types` -> `schedule`
+//! (edges between actors, one order for every actor) -> codegen (the graph's type, a step
+//! per actor group, its DOT picture). On error the graph still expands to its struct with
+//! the right methods, so the user sees the real errors and not a wall of secondary ones.
 
 mod codegen;
 mod dot;
 mod ir;
+mod lower;
 mod ops;
 mod parse;
 mod schedule;
 mod step;
+#[cfg(test)]
+mod tests;
+mod types;
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -26,7 +31,7 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
         .iter()
         .map(|def| {
             let mut diag = Diag::default();
-            let graph = ir::lower(def, &mut diag);
+            let graph = lower::lower(def, &mut diag);
             match graph {
                 Some(graph) if diag.is_empty() => codegen::expand(&graph),
                 _ => {

@@ -3,6 +3,8 @@
 
 use proc_macro2::Span;
 
+use crate::diag::code_list;
+
 /// How a collective is written and what it makes of its values.
 pub(crate) struct CollectiveSpec {
     pub(crate) name: &'static str,
@@ -88,12 +90,14 @@ pub(crate) fn find(name: &str) -> Option<&'static CollectiveSpec> {
     COLLECTIVES.iter().find(|c| c.name == name)
 }
 
+/// The collectives' names, for messages.
 pub(crate) fn names() -> String {
-    COLLECTIVES
-        .iter()
-        .map(|c| format!("`{}`", c.name))
-        .collect::<Vec<_>>()
-        .join(", ")
+    code_list(COLLECTIVES.iter().map(|c| c.name))
+}
+
+/// The reduce ops' names, for messages.
+pub(crate) fn reduce_op_names() -> String {
+    code_list(REDUCE_OPS.iter().copied())
 }
 
 /// A reduce op as written by the user (`Avg` or `ReduceOp::Avg`).

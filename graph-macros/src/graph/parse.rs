@@ -141,3 +141,43 @@ fn collect_receivers(e: &syn::Expr, into: &mut HashSet<String>) {
         _ => {}
     }
 }
+
+/// The value of an integer literal (a fixed group's size, an actor index, a root rank):
+/// the one place the macros read a number the user wrote. `None` for anything else,
+/// including a literal too large for a `usize`.
+pub(crate) fn int_literal(e: &syn::Expr) -> Option<usize> {
+    match e {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(lit),
+            ..
+        }) => lit.base10_parse().ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::int_literal;
+
+    #[test]
+    fn int_literal_reads_integer_literals_only() {
+        let read = |e: syn::Expr| int_literal(&e);
+        assert_eq!(read(syn::parse_quote!(0)), Some(0));
+        assert_eq!(read(syn::parse_quote!(2usize)), Some(2));
+        assert_eq!(read(syn::parse_quote!(N)), None);
+        assert_eq!(read(syn::parse_quote!(-1)), None);
+        assert_eq!(read(syn::parse_quote!(1.0)), None);
+        assert_eq!(read(syn::parse_quote!(99999999999999999999999)), None);
+    }
+
+    #[test]
+    fn an_array_is_a_group_only_when_the_body_calls_a_method_on_it() {
+        let def: super::GraphDef = syn::parse_quote! {
+            G(w: [W; 2], xs: [f32; 2], v: [V]) {
+                w[0].f(xs)
+            }
+        };
+        let groups: Vec<bool> = def.params.iter().map(|p| p.group.is_some()).collect();
+        assert_eq!(groups, [true, false, true]);
+    }
+}

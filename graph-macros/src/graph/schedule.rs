@@ -9,7 +9,7 @@
 //! before its first consumer. Each actor runs the items that concern it in that order.
 //!
 //! Why no actor can deadlock: program order is a topological order of the dataflow (a name
-//! is defined before any use, see `ir`), so a send always precedes its receive. Sends never
+//! is defined before any use, see `lower`), so a send always precedes its receive. Sends never
 //! wait (one message per slot per execution; with several executions in flight, a full slot
 //! waits only for an earlier round). A collective is one item in which every actor of its
 //! group takes part. Take the blocked operation with the lowest position: a receive there
@@ -27,7 +27,7 @@ use super::ir::{Graph, OpKind, Place, ValueId};
 /// A value's way to the actors of one place that read it.
 pub(crate) struct Edge {
     pub(crate) value: ValueId,
-    /// Where the value lives.
+    /// Where the value lives (a graph input never travels: every actor has it).
     pub(crate) from: Place,
     /// Where it is read: a group (every actor) or one actor.
     pub(crate) to: Place,
@@ -37,7 +37,7 @@ pub(crate) struct Edge {
 }
 
 /// Which ranks an edge connects.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Route {
     /// Rank i of one group feeds rank i of another (sizes checked at launch).
     Zip,
@@ -49,7 +49,7 @@ pub(crate) enum Route {
 }
 
 /// One item of the global order.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Item {
     Op(usize),
     Send(usize),
@@ -68,7 +68,6 @@ pub(crate) struct Schedule {
 /// actors that run the op hold it already.
 pub(crate) fn route(from: Place, to: Place) -> Option<Route> {
     match (from, to) {
-        (Place::Input, _) | (_, Place::Input) => None,
         (Place::Group(g), Place::Group(h)) if g == h => None,
         (Place::Group(g), Place::Actor(h, _)) if g == h => None,
         (a, b) if a == b => None,
@@ -95,7 +94,9 @@ pub(crate) fn schedule(g: &Graph) -> Schedule {
             continue;
         };
         for (&v, &span) in args.iter().zip(arg_spans) {
-            let from = g.values[v].place;
+            let Some(from) = g.values[v].place() else {
+                continue;
+            };
             let Some(route) = route(from, op.place) else {
                 continue;
             };
@@ -112,13 +113,6 @@ pub(crate) fn schedule(g: &Graph) -> Schedule {
             });
         }
     }
-    // The op that makes each value.
-    let mut made_by: HashMap<ValueId, usize> = HashMap::new();
-    for (i, op) in g.ops.iter().enumerate() {
-        for &o in &op.outs {
-            made_by.insert(o, i);
-        }
-    }
     let mut items = Vec::new();
     for i in 0..g.ops.len() {
         items.extend(
@@ -129,7 +123,7 @@ pub(crate) fn schedule(g: &Graph) -> Schedule {
         items.push(Item::Op(i));
         items.extend(
             (0..edges.len())
-                .filter(|&e| made_by.get(&edges[e].value) == Some(&i))
+                .filter(|&e| g.values[edges[e].value].made_by() == Some(i))
                 .map(Item::Send),
         );
     }
@@ -149,8 +143,8 @@ impl Schedule {
     ) -> impl Iterator<Item = Item> + 's {
         self.items.iter().copied().filter(move |item| match *item {
             Item::Op(i) => g.ops[i].group() == group,
-            Item::Send(e) => self.edges[e].from.group() == Some(group),
-            Item::Recv(e) => self.edges[e].to.group() == Some(group),
+            Item::Send(e) => self.edges[e].from.group() == group,
+            Item::Recv(e) => self.edges[e].to.group() == group,
         })
     }
 }

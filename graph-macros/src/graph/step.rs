@@ -15,8 +15,9 @@ use quote::{format_ident, quote, quote_spanned};
 use super::codegen::{
     at_user, collective_expr, edge_type, respan, rt, stage_code, GroupPlan, StageValue,
 };
-use super::ir::{checked_type, Graph, OpKind, Place, ValueId};
+use super::ir::{Graph, OpKind, Place, ValueId};
 use super::schedule::{Item, Route, Schedule};
+use super::types::checked_type;
 
 /// A local of the generated step.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -107,7 +108,7 @@ impl Gen<'_> {
         if let Some(&e) = self.sched.landing.get(&(v, at)) {
             return Some(Local::Landed(e));
         }
-        (self.g.values[v].place != Place::Input).then_some(Local::Value(v))
+        (!self.g.values[v].is_input()).then_some(Local::Value(v))
     }
 
     fn note(&mut self, l: Local) {
@@ -203,7 +204,7 @@ impl Gen<'_> {
     /// Whether a local holds `Option<T>` (a value of one actor) rather than `T`.
     fn is_single(&self, l: Local) -> bool {
         match l {
-            Local::Value(v) => matches!(self.g.values[v].place, Place::Actor(..)),
+            Local::Value(v) => matches!(self.g.values[v].place(), Some(Place::Actor(..))),
             Local::Landed(e) => matches!(self.sched.edges[e].to, Place::Actor(..)),
         }
     }

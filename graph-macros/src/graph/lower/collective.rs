@@ -1,0 +1,309 @@
+//! Lowering a collective call (`allreduce(x, Avg)`, `reduce([a, b], Sum, 0)`): its values,
+//! its reduce op and root, checked against the collective's row in `ops`, become one fused
+//! stage of their group.
+
+use syn::spanned::Spanned;
+
+use super::{Lowered, Lowerer};
+use crate::diag::tidy;
+use proc_macro2::TokenStream;
+
+use crate::graph::ir::{CheckKind, OpKind, Place};
+use crate::graph::ops::{self, CollectiveSpec, Kind, OpName, Param, Root, REDUCE_OPS};
+use crate::graph::parse::int_literal;
+use crate::graph::types::{checked_type, gathered, output_type};
+
+impl Lowerer<'_> {
+    pub(super) fn collective(&mut self, c: &syn::ExprCall) -> Option<Lowered> {
+        let syn::Expr::Path(func) = &*c.func else {
+            self.diag
+                .error_at(&c.func, format!("expected a collective: {}", ops::names()));
+            return None;
+        };
+        let Some(fname) = func.path.get_ident() else {
+            self.diag
+                .error_at(func, format!("expected a collective: {}", ops::names()));
+            return None;
+        };
+        let Some(spec) = ops::find(&fname.to_string()) else {
+            self.diag.error(
+                fname.span(),
+                format!(
+                    "unknown collective `{fname}`; expected one of {}",
+                    ops::names()
+                ),
+            );
+            return None;
+        };
+        let mut args = c.args.iter();
+        let Some(first) = args.next() else {
+            self.diag.error_at(
+                c,
+                format!(
+                    "`{fname}` takes a value or a list of values: {}",
+                    spec.usage
+                ),
+            );
+            return None;
+        };
+        let (op, root, params_ok) = self.collective_params(spec, c, args);
+        let (exprs, nested): (Vec<&syn::Expr>, bool) = match first {
+            syn::Expr::Array(a) => {
+                if a.elems.is_empty() {
+                    self.diag.error_at(
+                        a,
+                        format!(
+                            "`{fname}([])` has nothing to {}; give it at least one value",
+                            spec.verb
+                        ),
+                    );
+                    return None;
+                }
+                (a.elems.iter().collect(), true)
+            }
+            e => (vec![e], false),
+        };
+        let mut ins = Vec::new();
+        let mut group: Option<(usize, &syn::Expr)> = None;
+        let mut ok = true;
+        for e in &exprs {
+            if let syn::Expr::Array(inner) = e {
+                self.diag
+                    .error_at(inner, "lists in a collective do not nest: `[a, b, c]`");
+                ok = false;
+                continue;
+            }
+            let Some(v) = self.one(e) else {
+                ok = false;
+                continue;
+            };
+            match self.values[v].place() {
+                None => {
+                    self.diag.error_at(
+                        e,
+                        format!(
+                            "`{}` is a graph input, the same on every actor; `{fname}` takes per-actor values (results of method calls)",
+                            self.values[v].ident
+                        ),
+                    );
+                    ok = false;
+                }
+                Some(Place::Actor(g, k)) => {
+                    self.diag.error_at(
+                        e,
+                        format!(
+                            "`{}` lives on one actor, `{}[{k}]`; `{fname}` runs on every actor of a group and takes per-actor values (results of `{}.method(..)`)",
+                            self.values[v].label, self.groups[g].name, self.groups[g].name
+                        ),
+                    );
+                    ok = false;
+                }
+                Some(Place::Group(g)) => match group {
+                    None => group = Some((g, e)),
+                    Some((g0, _)) if g0 != g => {
+                        self.diag.error_at(
+                            e,
+                            format!(
+                                "`{fname}` mixes values of actor groups `{}` and `{}`; a collective runs within one group",
+                                self.groups[g0].name, self.groups[g].name
+                            ),
+                        );
+                        ok = false;
+                    }
+                    Some(_) => {}
+                },
+            }
+            ins.push(v);
+        }
+        let (group, _) = group.filter(|_| ok && params_ok)?;
+        if let (Some(root), Some((_, Some(size)))) = (&root, &self.groups[group].size) {
+            if root.rank >= *size {
+                self.diag.error(
+                    root.span,
+                    format!(
+                        "root {} is out of range: group `{}` has {size} actors (ranks 0..{size})",
+                        root.rank, self.groups[group].name
+                    ),
+                );
+                return None;
+            }
+        }
+        let stage = self.groups[group].stages.len();
+        let mut shown: Vec<String> = exprs.iter().map(tidy).collect();
+        if nested {
+            shown = vec![format!("[{}]", shown.join(", "))];
+        }
+        shown.extend(op.iter().map(|o| o.name.to_string()));
+        shown.extend(root.iter().map(|r| r.rank.to_string()));
+        let name = format!("{fname}({})", shown.join(", "));
+        if let Some(root) = &root {
+            self.groups[group].roots.push((name.clone(), root.rank));
+        }
+        self.groups[group].stages.push(name.clone());
+        // An `allgather` value's type is checked once, in a constant: its output type
+        // (`<T as Gather>::Gathered`) goes through that check, so a type that cannot be
+        // gathered gets one error, at the user's argument, and nothing derived from it does.
+        let checks: Vec<usize> = match spec.kind {
+            Kind::Gather => ins
+                .iter()
+                .zip(&exprs)
+                .map(|(&v, e)| self.check(self.values[v].ty.clone(), e.span(), CheckKind::Gather))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let outs: Vec<(String, TokenStream)> = ins
+            .iter()
+            .zip(&exprs)
+            .enumerate()
+            .map(|(i, (&v, e))| {
+                let ty = match checks.get(i) {
+                    Some(&k) => gathered(&checked_type(self.graph, &self.privacy, k), e.span()),
+                    None => output_type(spec.kind, &self.values[v].ty),
+                };
+                let label = if nested {
+                    format!("{name}.{i}")
+                } else {
+                    name.clone()
+                };
+                (label, ty)
+            })
+            .collect();
+        let kind = OpKind::Collective {
+            spec,
+            op,
+            root,
+            args: ins,
+            arg_spans: exprs.iter().map(|e| e.span()).collect(),
+            checks,
+            stage,
+            span: c.span(),
+        };
+        let outs = self.push_op(Place::Group(group), kind, outs);
+        Some(if nested {
+            Lowered::Parts(outs)
+        } else {
+            Lowered::One(outs[0])
+        })
+    }
+
+    /// The arguments after the values: a reduce op and/or a root, as the collective takes
+    /// them. Reports every problem; the flag says whether there was none.
+    fn collective_params<'e>(
+        &mut self,
+        spec: &CollectiveSpec,
+        call: &syn::ExprCall,
+        mut args: impl Iterator<Item = &'e syn::Expr>,
+    ) -> (Option<OpName>, Option<Root>, bool) {
+        let fname = spec.name;
+        let (mut op, mut root, mut ok) = (None, None, true);
+        for param in spec.params {
+            let arg = args.next();
+            match (param, arg) {
+                (Param::Op { .. }, Some(a)) => {
+                    op = self.reduce_op(a);
+                    ok &= op.is_some();
+                }
+                (Param::Root, Some(a)) => {
+                    root = self.root(spec, a);
+                    ok &= root.is_some();
+                }
+                (Param::Op { required: false }, None) => {}
+                (Param::Op { required: true }, None) => {
+                    self.diag.error_at(
+                        call,
+                        format!("`{fname}` needs a reduce op and a root: {}", spec.usage),
+                    );
+                    return (None, None, false);
+                }
+                (Param::Root, None) => {
+                    self.diag.error_at(
+                        call,
+                        format!(
+                            "`{fname}` needs a root, the rank whose value it {}: {}",
+                            if spec.kind == Kind::Rooted {
+                                "gets"
+                            } else {
+                                "sends"
+                            },
+                            spec.usage
+                        ),
+                    );
+                    return (None, None, false);
+                }
+            }
+        }
+        for extra in args {
+            ok = false;
+            if !spec.takes_op() && looks_like_op(extra) {
+                self.diag.error_at(
+                    extra,
+                    format!(
+                        "`{fname}` takes no reduce op: it moves values without combining them; write {}",
+                        spec.usage
+                    ),
+                );
+            } else {
+                self.diag
+                    .error_at(extra, format!("unexpected argument to `{fname}`"));
+            }
+        }
+        (op, root, ok)
+    }
+
+    fn root(&mut self, spec: &CollectiveSpec, e: &syn::Expr) -> Option<Root> {
+        if let Some(rank) = int_literal(e) {
+            return Some(Root {
+                rank,
+                span: e.span(),
+            });
+        }
+        self.diag.error_at(
+            e,
+            format!(
+                "the root of `{}` is a rank, written as an integer literal such as `0`, not `{}`",
+                spec.name,
+                tidy(e)
+            ),
+        );
+        None
+    }
+
+    fn reduce_op(&mut self, e: &syn::Expr) -> Option<OpName> {
+        let ident = match e {
+            syn::Expr::Path(p) if p.qself.is_none() => p.path.segments.last().map(|s| &s.ident),
+            _ => None,
+        };
+        let found = ident.and_then(|i| {
+            REDUCE_OPS
+                .iter()
+                .find(|&&op| i == op)
+                .map(|&op| (op, i.span()))
+        });
+        match found {
+            Some((name, span)) => Some(OpName { name, span }),
+            None => {
+                self.diag.error_at(
+                    e,
+                    format!(
+                        "unknown reduce op `{}`; expected one of {}",
+                        tidy(e),
+                        ops::reduce_op_names()
+                    ),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// Whether an argument is written like a reduce op (`Sum`, `ReduceOp::Sum`).
+fn looks_like_op(e: &syn::Expr) -> bool {
+    match e {
+        syn::Expr::Path(p) => p
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| REDUCE_OPS.iter().any(|&op| s.ident == op)),
+        _ => false,
+    }
+}

@@ -1,0 +1,65 @@
+//! Rendering the IR's types to tokens: every type the generated code names that the macro
+//! cannot know (it sees no types) is spelled here as a projection rustc resolves, through
+//! the graph's `Checked` and `MethodCall` impls (see codegen).
+
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{quote, quote_spanned};
+
+use super::ops::Kind;
+use super::parse::GraphDef;
+use crate::rt;
+
+/// `<Graph as Checked<K, P>>::Type`: the type of check `k`. `P` is the tuple of every
+/// type the graph's declaration names (its actor and input types), which makes the
+/// `Checked` impls no more public than the least public of them: their associated types
+/// name those types, and a public graph over a private actor type must still compile.
+pub(crate) fn checked_type(graph: &Ident, privacy: &TokenStream, k: usize) -> TokenStream {
+    let rt = rt::path();
+    quote!(<#graph as #rt::Checked<#k, #privacy>>::Type)
+}
+
+/// The types a graph's declaration names, as a tuple of pointers to them (well-formed
+/// whatever they are; see `checked_type`).
+pub(crate) fn privacy(def: &GraphDef) -> TokenStream {
+    let tys = def.params.iter().filter_map(|p| match &p.group {
+        Some((actor @ syn::Type::Path(_), _)) => Some(actor),
+        Some(_) => None,
+        None => Some(&p.ty),
+    });
+    quote!((#(*const #tys,)*))
+}
+
+/// The type a collective of `kind` (other than `allgather`, whose type is checked) makes
+/// of a value of type `ty`.
+pub(crate) fn output_type(kind: Kind, ty: &TokenStream) -> TokenStream {
+    match kind {
+        Kind::Rooted => quote!(::core::option::Option<#ty>),
+        _ => ty.clone(),
+    }
+}
+
+/// The output type of method call `call` (`MethodCall<call>`) on `actor`, at the user's
+/// method name.
+pub(crate) fn call_output(graph: &Ident, actor: &syn::Type, call: usize, at: Span) -> TokenStream {
+    let rt = rt::path();
+    quote_spanned!(at=> <#actor as #rt::Signature<<#graph as #rt::MethodCall<#call>>::Method>>::Output)
+}
+
+/// What an `allgather` makes of a value whose type passed check `checked`, at the user's
+/// argument.
+pub(crate) fn gathered(checked: &TokenStream, at: Span) -> TokenStream {
+    let rt = rt::path();
+    quote_spanned!(at=> <#checked as #rt::Gather>::Gathered)
+}
+
+/// Field `i` of a tuple whose type passed check `checked` (`Fields`).
+pub(crate) fn tuple_field(checked: &TokenStream, i: usize) -> TokenStream {
+    let rt = rt::path();
+    quote!(<#checked as #rt::TupleField<#i>>::Type)
+}
+
+/// The tuple of `tys`.
+pub(crate) fn tuple(tys: impl IntoIterator<Item = TokenStream>) -> TokenStream {
+    let tys = tys.into_iter();
+    quote!((#(#tys,)*))
+}
