@@ -3,31 +3,30 @@
 //! (see `schedule`): every actor runs its ops, collectives and edge transfers in one order
 //! fixed here.
 
-use proc_macro2::{Ident, Span, TokenStream};
+use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
-use super::ir::{checked_type, Check, CheckKind, Graph, OpKind, Place};
-use super::ops::{CollectiveSpec, Kind, OpName, Root};
-use super::parse::GraphDef;
+use super::ir::{Check, CheckKind, Graph, OpKind, Place};
+use super::plan::{edge_type, output_type, GroupPlan};
+use super::respan::{respan, respan_ends};
 use super::schedule::{self, Route, Schedule};
 use super::{dot, step};
-
-pub(super) fn rt() -> TokenStream {
-    crate::rt::path()
-}
+use crate::rt;
 
 fn group_field(name: &Ident) -> Ident {
     format_ident!("__group_{}", name)
 }
 
 pub(crate) fn expand(g: &Graph) -> TokenStream {
-    let rt = rt();
+    let rt = rt::path();
     let def = g.def;
     let (attrs, vis, name) = (&def.attrs, &def.vis, &def.name);
     let sched = schedule::schedule(g);
     let groups: Vec<GroupPlan> = (0..g.groups.len())
-        .map(|gi| GroupPlan::new(g, &sched, gi))
+        .map(|gi| GroupPlan::new(g, gi))
         .collect();
+    let steps: Vec<(TokenStream, TokenStream)> =
+        groups.iter().map(|p| step::step_fn(g, &sched, p)).collect();
 
     let fields = groups.iter().map(|p| {
         let field = group_field(&g.groups[p.index].name);
@@ -84,7 +83,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         let (n, field, step) = (&d.name, group_field(&d.name), step::name(g, p.index));
         let s = n.to_string();
         let stages = &d.stages;
-        let (_, schedule) = &p.step;
+        let (_, schedule) = &steps[p.index];
         quote! {
             let #field = {
                 let __edges = ::core::clone::Clone::clone(&__edges);
@@ -187,7 +186,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         })
         .collect();
 
-    let steps = groups.iter().map(|p| &p.step.0);
+    let steps = steps.iter().map(|(f, _)| f);
     let group_names = g.groups.iter().map(|d| d.name.to_string());
     let launch_doc = format!(
         "Spawns one thread per actor of every group ({}), each with its communicator endpoint from `backend`.",
@@ -450,7 +449,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
 /// connected by a per-actor edge have equal sizes; every addressed actor and every root
 /// exists.
 fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStream {
-    let rt = rt();
+    let rt = rt::path();
     let zipped: Vec<&GroupPlan> = groups.iter().filter(|p| !p.out_parts.is_empty()).collect();
     let size_check = if zipped.len() > 1 {
         let checks = zipped.iter().map(|p| {
@@ -500,13 +499,13 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
 /// A group's parameter of `launch` (`ready`: its actors as a `Vec`, or an array for a
 /// fixed-size group) or of `launch_actors` (an `Actors`). Without a usable actor type (a
 /// graph with errors), any value.
-fn launch_param(
+pub(super) fn launch_param(
     name: &Ident,
     actor: Option<&syn::Type>,
     size: Option<&syn::Expr>,
     ready: bool,
 ) -> TokenStream {
-    let rt = rt();
+    let rt = rt::path();
     match (actor, size, ready) {
         (Some(a), Some(len), true) => quote!(#name: [#a; #len]),
         (Some(a), None, true) => quote!(#name: #rt::Vec<#a>),
@@ -521,7 +520,7 @@ fn launch_param(
 /// fails that constant, at the user's `method(..)`, with a message that says which; every
 /// type derived from the call goes through this impl, so nothing else reports an error.
 fn method_calls(g: &Graph) -> Vec<TokenStream> {
-    let rt = rt();
+    let rt = rt::path();
     let graph = &g.def.name;
     g.ops
         .iter()
@@ -582,7 +581,7 @@ fn index_asserts(g: &Graph) -> Vec<TokenStream> {
 /// The graph's struct thus needs no `where` clause (which would make every
 /// `impl MethodCall<K> for Graph` report it again).
 fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
-    let rt = rt();
+    let rt = rt::path();
     let (graph, privacy) = (&g.def.name, &g.privacy);
     // Each value sent over an edge leaves its actor's thread: its type is checked `Send`,
     // after the graph's own checks (see `edge_type`).
@@ -623,67 +622,9 @@ fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
         })
         .collect()
 }
-
-/// The type of the values on edge `e`: checked `Send` (see `value_checks`).
-pub(super) fn edge_type(g: &Graph, e: usize) -> TokenStream {
-    checked_type(&g.def.name, &g.privacy, g.checks.len() + e)
-}
-
-/// `tokens` with every token located at `at` (keeping each token's hygiene), so that a
-/// diagnostic about any part of them points at `at`.
-pub(super) fn respan(tokens: TokenStream, at: Span) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|mut tt| {
-            if let proc_macro2::TokenTree::Group(g) = &tt {
-                let mut inner = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), at));
-                inner.set_span(g.span().located_at(at));
-                tt = proc_macro2::TokenTree::Group(inner);
-            } else {
-                tt.set_span(tt.span().located_at(at));
-            }
-            tt
-        })
-        .collect()
-}
-
-/// `tokens` with its first and last token located at `at`: a type so changed spans `at`
-/// as a whole in diagnostics, while the tokens inside keep their own spans.
-fn respan_ends(tokens: TokenStream, at: Span) -> TokenStream {
-    let mut tts: Vec<proc_macro2::TokenTree> = tokens.into_iter().collect();
-    let last = tts.len().saturating_sub(1);
-    for i in [0, last] {
-        if let Some(tt) = tts.get_mut(i) {
-            tt.set_span(tt.span().located_at(at));
-        }
-    }
-    tts.into_iter().collect()
-}
-
-/// The type of one output part on one rank: a value of one actor is `Some` on that rank
-/// only.
-fn part_type(g: &Graph, k: usize) -> TokenStream {
-    let v = &g.values[g.output.parts[k]];
-    let ty = &g.output.tys[k];
-    match v.place {
-        Place::Actor(..) => quote!(::core::option::Option<#ty>),
-        _ => quote!(#ty),
-    }
-}
-
-/// The type of one rank's output.
-fn output_type(g: &Graph) -> TokenStream {
-    let tys = (0..g.output.parts.len()).map(|k| part_type(g, k));
-    if g.output.tuple {
-        quote!((#(#tys,)*))
-    } else {
-        quote!(#(#tys)*)
-    }
-}
-
 /// The output from every group's per-rank results (`Vec`s, already checked).
 fn assemble(g: &Graph, groups: &[GroupPlan], results: &[Ident]) -> TokenStream {
-    let rt = rt();
+    let rt = rt::path();
     let contributing: Vec<&GroupPlan> = groups.iter().filter(|p| !p.out_parts.is_empty()).collect();
     if !g.output.tuple || contributing.len() == 1 {
         let r = &results[contributing[0].index];
@@ -708,305 +649,4 @@ fn assemble(g: &Graph, groups: &[GroupPlan], results: &[Ident]) -> TokenStream {
     }
     let all = (0..g.output.parts.len()).map(part_ident);
     quote!(#rt::Result::Ok(::core::iter::Iterator::collect(::core::iter::Iterator::map(#iter, |#pat| (#(#all,)*)))))
-}
-
-/// What one group runs and returns.
-pub(super) struct GroupPlan {
-    pub(super) index: usize,
-    /// Graph inputs this group reads, by input index.
-    pub(super) inputs: Vec<usize>,
-    /// Positions in the graph output that this group produces.
-    pub(super) out_parts: Vec<usize>,
-    pub(super) out_ty: TokenStream,
-    /// Its step function and its schedule of synchronizations.
-    step: (TokenStream, TokenStream),
-}
-
-impl GroupPlan {
-    fn new(g: &Graph, sched: &Schedule, index: usize) -> Self {
-        let mut inputs = Vec::new();
-        for op in g.ops.iter().filter(|op| op.group() == index) {
-            let reads: &[_] = match &op.kind {
-                OpKind::Call { args, .. } => args,
-                OpKind::Tuple { parts } => parts,
-                _ => &[],
-            };
-            for &a in reads {
-                if let Some(i) = g.inputs.iter().position(|inp| inp.value == a) {
-                    if !inputs.contains(&i) {
-                        inputs.push(i);
-                    }
-                }
-            }
-        }
-        inputs.sort_unstable();
-        let out_parts: Vec<usize> = g
-            .output
-            .parts
-            .iter()
-            .enumerate()
-            .filter(|(_, &v)| g.values[v].place.group() == Some(index))
-            .map(|(k, _)| k)
-            .collect();
-        let tys = out_parts.iter().map(|&k| part_type(g, k));
-        let out_ty = if out_parts.is_empty() {
-            quote!(())
-        } else if g.output.tuple {
-            quote!((#(#tys,)*))
-        } else {
-            quote!(#(#tys)*)
-        };
-        let mut plan = GroupPlan {
-            index,
-            inputs,
-            out_parts,
-            out_ty,
-            step: (quote!(), quote!()),
-        };
-        plan.step = step::step_fn(g, sched, &plan);
-        plan
-    }
-}
-
-/// `ident` located at the user's argument `at`, so that a type error on it points there
-/// and not at the value's definition; its hygiene stays that of `ident`.
-pub(super) fn at_user(ident: &Ident, at: Span) -> Ident {
-    let mut ident = ident.clone();
-    ident.set_span(ident.span().located_at(at));
-    ident
-}
-
-/// A value that goes through a fused stage.
-pub(super) struct StageValue {
-    pub(super) ident: Ident,
-    /// The user's argument.
-    pub(super) span: Span,
-    /// For an `allgather`, the value's type once checked (see `value_checks`).
-    pub(super) checked: Option<TokenStream>,
-}
-
-/// One fused stage of a step: lay the values out, pack them, run the collective, and take
-/// the results. Every call that names a value is spanned at the user's argument and bound
-/// by the one trait this kind of collective needs, so that a value of a type that cannot go
-/// through it gets exactly one error, there. An `allgather` names the value's checked type,
-/// which is an error (and silent) when the check failed. `stage`: its index and its
-/// values' names, for the runtime's errors.
-pub(super) fn stage_code(
-    kind: Kind,
-    stage: (usize, &[&str]),
-    outs: &[&Ident],
-    vals: &[StageValue],
-    collective: &TokenStream,
-    root: Option<&Root>,
-) -> TokenStream {
-    let (stage, labels) = stage;
-    let idx = (0..vals.len()).map(syn::Index::from);
-    let mut adds = Vec::new();
-    let mut packs = Vec::new();
-    let mut outputs = Vec::new();
-    for (val, i) in vals.iter().zip(idx) {
-        let (v, s) = (&val.ident, val.span);
-        let ty = val.checked.as_ref().map(|t| quote!(::<#t>));
-        // Every token of these calls carries the user's span: rustc puts a failed bound
-        // at the method's name, and dedups identical bounds at one span into one error.
-        let (add, pack) = match kind {
-            Kind::InPlace | Kind::Rooted => (quote_spanned!(s=> add), quote_spanned!(s=> pack)),
-            Kind::Gather => (
-                quote_spanned!(s=> fused().add_gather #ty),
-                quote_spanned!(s=> pack_gather #ty),
-            ),
-            Kind::Scatter => (
-                quote_spanned!(s=> fused().add_scatter),
-                quote_spanned!(s=> pack_scatter),
-            ),
-        };
-        adds.push(quote_spanned!(s=> __st.#add(&#v)));
-        packs.push(quote_spanned!(s=> __st.#pack(&#v, __slots.#i);));
-        outputs.push(match (kind, root) {
-            (Kind::InPlace, _) => quote_spanned!(s=> __st.output(&#v, __slots.#i)),
-            (Kind::Gather, _) => {
-                quote_spanned!(s=> __st.fused().output_gathered #ty(&#v, __slots.#i))
-            }
-            (Kind::Scatter, _) => {
-                quote_spanned!(s=> __st.fused().output_scattered(&#v, __slots.#i))
-            }
-            (Kind::Rooted, Some(r)) => {
-                let rank = r.rank;
-                quote_spanned!(s=> __st.fused().output_rooted(&#v, __slots.#i, #rank))
-            }
-            (Kind::Rooted, None) => {
-                quote!(::core::compile_error!(
-                    "actorgraph: a rooted collective without a root"
-                ))
-            }
-        });
-    }
-    quote! {
-        let (#(#outs,)*) = {
-            let mut __st = __ctx.stage(#stage, &[#(#labels),*]);
-            let __slots = (#(#adds,)*);
-            __st.prepare();
-            #(#packs)*
-            __st.run(#collective)?;
-            (#(#outputs,)*)
-        };
-    }
-}
-
-/// The runtime's description of a collective: the reduce op as written (or `Sum` at the
-/// collective's span) and the root as written.
-pub(super) fn collective_expr(
-    spec: &CollectiveSpec,
-    op: Option<&OpName>,
-    root: Option<&Root>,
-    span: Span,
-) -> TokenStream {
-    let rt = rt();
-    let op = {
-        let op = op.map_or_else(|| Ident::new("Sum", span), |o| Ident::new(o.name, o.span));
-        quote!(#rt::ReduceOp::#op)
-    };
-    let root = root.map(|r| {
-        let lit = proc_macro2::Literal::usize_unsuffixed(r.rank);
-        let mut lit = lit;
-        lit.set_span(r.span);
-        quote!(#lit)
-    });
-    match (spec.name, root) {
-        ("allreduce", _) => quote!(#rt::Collective::AllReduce(#op)),
-        ("allgather", _) => quote!(#rt::Collective::AllGather),
-        ("reducescatter", _) => quote!(#rt::Collective::ReduceScatter(#op)),
-        ("broadcast", Some(root)) => quote!(#rt::Collective::Broadcast { root: #root }),
-        ("reduce", Some(root)) => quote!(#rt::Collective::Reduce { op: #op, root: #root }),
-        (other, _) => {
-            let msg = format!("actorgraph: collective `{other}` has no code generation");
-            quote!(::core::compile_error!(#msg))
-        }
-    }
-}
-
-/// What a graph with errors expands to: its struct with every item of the real one, with
-/// signatures that accept whatever the caller does (an output type it infers, the actor
-/// types as declared), so that the only errors shown are the graph's own.
-pub(crate) fn fallback(def: &GraphDef) -> TokenStream {
-    let rt = rt();
-    let (attrs, vis, name) = (&def.attrs, &def.vis, &def.name);
-    let groups: Vec<(&Ident, Option<&syn::Type>, Option<&syn::Expr>)> = def
-        .params
-        .iter()
-        .filter_map(|p| {
-            let (actor, size) = p.group.as_ref()?;
-            let actor = matches!(actor, syn::Type::Path(_)).then_some(actor);
-            Some((&p.name, actor, size.as_ref()))
-        })
-        .collect();
-    let params = |ready| -> Vec<TokenStream> {
-        groups
-            .iter()
-            .map(|&(n, a, size)| launch_param(n, a, size, ready))
-            .collect()
-    };
-    let (group_params, actors_params) = (params(true), params(false));
-    let inputs: Vec<TokenStream> = def
-        .params
-        .iter()
-        .filter(|p| p.group.is_none())
-        .map(|p| {
-            let (n, ty) = (&p.name, &p.ty);
-            quote!(#n: #ty)
-        })
-        .collect();
-    let group_names = groups.iter().map(|(n, ..)| n.to_string());
-    // Teardown's types are known from the groups alone, so code that uses them infers.
-    let actor_ty = |a: Option<&syn::Type>| match a {
-        Some(a) => quote!(#a),
-        None => quote!(_),
-    };
-    let vecs: Vec<TokenStream> = groups
-        .iter()
-        .map(|&(_, a, _)| {
-            let a = actor_ty(a);
-            quote!(#rt::Vec<#a>)
-        })
-        .collect();
-    let eaches: Vec<TokenStream> = groups
-        .iter()
-        .map(|&(_, a, _)| {
-            let a = actor_ty(a);
-            quote!(#rt::Vec<#rt::Result<#a, #rt::Error>>)
-        })
-        .collect();
-    let all_known = groups.iter().all(|(_, a, _)| a.is_some());
-    let (torn, each) = match (vecs.len(), all_known) {
-        (1, true) => (vecs[0].clone(), eaches[0].clone()),
-        (_, true) => (quote!((#(#vecs),*)), quote!((#(#eaches),*))),
-        // `_` cannot be a return type: an unknown actor type leaves the caller to say.
-        (_, false) => (quote!(__T), quote!(__T)),
-    };
-    let generic = (!all_known).then(|| quote!(<__T>));
-    let out = quote!(#rt::Result<#rt::Vec<__O>, #rt::Error>);
-    quote! {
-        #(#attrs)*
-        #vis struct #name {
-            __graph_has_errors: (),
-        }
-
-        #[allow(unused_variables, clippy::all)]
-        impl #name {
-            /// The actor groups of this graph, in declaration order.
-            pub const GROUPS: &'static [&'static ::core::primitive::str] = &[#(#group_names),*];
-            /// Not available: the graph has errors.
-            pub fn launch<__B>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn launch_with<__B>(#(#group_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn launch_actors<__B>(#(#actors_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn execute<__O>(&mut self, #(#inputs),*) -> #out {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn execute_timeout<__O>(&mut self, #(#inputs,)* timeout: #rt::Duration) -> #out {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn execute_async<__O: 'static>(&mut self, #(#inputs),*) -> impl ::core::future::Future<Output = #out> + '_ {
-                ::core::future::pending()
-            }
-            /// Not available: the graph has errors.
-            pub fn submit(&mut self, #(#inputs),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn wait<__O>(&mut self, ticket: #rt::Ticket) -> #out {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn wait_async<__O: 'static>(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #out> + '_ {
-                ::core::future::pending()
-            }
-            /// Not available: the graph has errors.
-            pub fn in_flight(&self) -> ::core::primitive::usize {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn teardown #generic (self) -> #rt::Result<#torn, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn teardown_each #generic (self) -> #each {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn to_dot() -> #rt::String {
-                ::core::unreachable!()
-            }
-        }
-    }
 }

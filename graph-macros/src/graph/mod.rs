@@ -6,10 +6,14 @@
 
 mod codegen;
 mod dot;
+mod fallback;
 mod ir;
 mod ops;
 mod parse;
+mod plan;
+mod respan;
 mod schedule;
+mod stage;
 mod step;
 
 use proc_macro2::TokenStream;
@@ -31,7 +35,7 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
                 Some(graph) if diag.is_empty() => codegen::expand(&graph),
                 _ => {
                     let errors = diag.to_tokens();
-                    let fallback = codegen::fallback(def);
+                    let fallback = fallback::expand(def);
                     quote!(#errors #fallback)
                 }
             }
