@@ -13,10 +13,6 @@ use super::schedule::{self, Route, Schedule};
 use super::{dot, step};
 use crate::rt;
 
-fn group_field(name: &Ident) -> Ident {
-    format_ident!("__group_{}", name)
-}
-
 pub(crate) fn expand(g: &Graph) -> TokenStream {
     let rt = rt::path();
     let def = g.def;
@@ -28,13 +24,17 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let steps: Vec<(TokenStream, TokenStream)> =
         groups.iter().map(|p| step::step_fn(g, &sched, p)).collect();
 
-    let fields = groups.iter().map(|p| {
-        let field = group_field(&g.groups[p.index].name);
+    // The driver's type: the groups as a list, the graph's inputs, one rank's output.
+    let group_tys = groups.iter().map(|p| {
         let actor = &g.groups[p.index].actor;
         let in_tys = p.inputs.iter().map(|&i| &g.inputs[i].checked);
         let out_ty = &p.out_ty;
-        quote!(#field: #rt::Group<#actor, (#(#in_tys,)*), #out_ty>)
+        quote!(#rt::Group<#actor, (#(#in_tys,)*), #out_ty>)
     });
+    let input_tys = g.inputs.iter().map(|i| &i.ty);
+    let out_ty = output_type(g);
+    let groups_ty = list(group_tys);
+    let driver_ty = quote!(#rt::Driver<#groups_ty, (#(#input_tys,)*), #out_ty>);
 
     // launch
     let params = |ready| -> Vec<TokenStream> {
@@ -80,7 +80,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let edge_vars = (0..sched.edges.len()).map(|e| format_ident!("__e{}", e));
     let launches = groups.iter().map(|p| {
         let d = &g.groups[p.index];
-        let (n, field, step) = (&d.name, group_field(&d.name), step::name(g, p.index));
+        let (n, field, step) = (&d.name, group_var(&d.name), step::name(g, p.index));
         let s = n.to_string();
         let stages = &d.stages;
         let (_, schedule) = &steps[p.index];
@@ -94,7 +94,12 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             };
         }
     });
-    let field_names: Vec<Ident> = g.groups.iter().map(|d| group_field(&d.name)).collect();
+    let launched = list(g.groups.iter().map(|d| {
+        let v = group_var(&d.name);
+        quote!(#v)
+    }));
+    let split = split(g, &groups);
+    let assemble = assemble(g, &groups);
 
     // execute
     let input_params: Vec<TokenStream> = g
@@ -105,42 +110,9 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             quote!(#n: #t)
         })
         .collect();
-    let mut remaining_uses: Vec<usize> = (0..g.inputs.len())
-        .map(|i| groups.iter().filter(|p| p.inputs.contains(&i)).count())
-        .collect();
-    let submits: Vec<TokenStream> = groups
-        .iter()
-        .map(|p| {
-            let field = group_field(&g.groups[p.index].name);
-            let vals = p.inputs.iter().map(|&i| {
-                remaining_uses[i] -= 1;
-                let n = &g.inputs[i].name;
-                if remaining_uses[i] == 0 {
-                    quote!(#n)
-                } else {
-                    quote!(::core::clone::Clone::clone(&#n))
-                }
-            });
-            quote!(self.#field.submit((#(#vals,)*));)
-        })
-        .collect();
-    let unused_inputs = g
-        .inputs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !groups.iter().any(|p| p.inputs.contains(i)))
-        .map(|(_, inp)| &inp.name);
-    let results: Vec<Ident> = g
-        .groups
-        .iter()
-        .map(|d| format_ident!("__result_{}", d.name))
-        .collect();
-    let collects = groups.iter().zip(&results).map(|(p, r)| {
-        let field = group_field(&g.groups[p.index].name);
-        quote!(let #r = self.#field.collect(__deadline);)
-    });
-    let assemble = assemble(g, &groups, &results);
-    let out_ty = output_type(g);
+    let input_names: Vec<&Ident> = g.inputs.iter().map(|i| &i.name).collect();
+    let inputs = quote!((#(#input_names,)*));
+    let result = quote!(#rt::Result<#rt::Vec<#out_ty>, #rt::Error>);
 
     // teardown: hands actors back to this thread, so only here must they be `Send`
     let actor_vecs: Vec<TokenStream> = g
@@ -164,18 +136,17 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             quote!(#rt::Vec<#rt::Result<#a, #rt::Error>>)
         })
         .collect();
-    let (teardown_ty, teardown_val, each_ty, each_val) = if g.groups.len() == 1 {
-        let (t, v, e) = (&actor_vecs[0], &torn[0], &each_vecs[0]);
-        (quote!(#t), quote!(#v?), quote!(#e), quote!(#v))
+    let torn_list = list(torn.iter().map(|t| quote!(#t)));
+    let (teardown_ty, each_ty, torn_tuple) = if g.groups.len() == 1 {
+        let (t, e, v) = (&actor_vecs[0], &each_vecs[0], &torn[0]);
+        (quote!(#t), quote!(#e), quote!(#v))
     } else {
         (
             quote!((#(#actor_vecs),*)),
-            quote!((#(#torn?),*)),
             quote!((#(#each_vecs),*)),
             quote!((#(#torn),*)),
         )
     };
-    let input_names: Vec<&Ident> = g.inputs.iter().map(|i| &i.name).collect();
     // Spanned at the group's actor type, where a missing `Send` is reported.
     let send_bounds: Vec<TokenStream> = g
         .groups
@@ -201,13 +172,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     quote! {
         #(#attrs)*
         #vis struct #name {
-            #(#fields,)*
-            /// Set while `execute` hands out inputs: still set at the next `execute` only if
-            /// the last one unwound in between (some actors may have run it and others
-            /// not), which breaks the graph.
-            __executing: ::core::primitive::bool,
-            /// The executions in flight, their tickets and the results collected ahead.
-            __pipeline: #rt::Pipeline<#rt::Vec<#out_ty>>,
+            /// The groups and the executions in flight: the runtime's one driver.
+            __driver: #driver_ty,
         }
 
         #(#index_asserts)*
@@ -258,7 +224,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 #(#edges)*
                 let __edges: #links_ty = (#(#edge_vars,)*);
                 #(#launches)*
-                #rt::Result::Ok(Self { #(#field_names,)* __executing: false, __pipeline: #rt::Pipeline::new(__options) })
+                #rt::Result::Ok(Self { __driver: #rt::Driver::new(#launched, __options, #split, #assemble) })
             }
 
             /// Runs the graph once on every actor and returns the output, indexed by rank.
@@ -269,16 +235,16 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// stays poisoned). It counts as one execution in flight: with tickets from
             /// `submit` outstanding and no room left, it returns `Error::InFlightFull`.
             #[allow(clippy::too_many_arguments)]
-            pub fn execute(&mut self, #(#input_params),*) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
-                self.__execute(#(#input_names,)* ::core::option::Option::None)
+            pub fn execute(&mut self, #(#input_params),*) -> #result {
+                self.__driver.execute(#inputs, ::core::option::Option::None)
             }
 
             /// Like `execute`, but returns `Error::Timeout` naming the ranks still running
             /// when `timeout` passes. The graph is then broken: later calls return
             /// `Error::Broken`, and only teardown is left.
             #[allow(clippy::too_many_arguments)]
-            pub fn execute_timeout(&mut self, #(#input_params,)* timeout: #rt::Duration) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
-                self.__execute(#(#input_names,)* ::core::option::Option::Some(#rt::Deadline::after(timeout)))
+            pub fn execute_timeout(&mut self, #(#input_params,)* timeout: #rt::Duration) -> #result {
+                self.__driver.execute(#inputs, ::core::option::Option::Some(timeout))
             }
 
             /// Like `execute`, but returns a future that completes when every actor has
@@ -293,18 +259,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// waits for it if it needs the room, then runs normally. A future dropped
             /// before its first poll submits nothing.
             #[allow(clippy::too_many_arguments)]
-            pub fn execute_async(&mut self, #(#input_params),*) -> impl ::core::future::Future<Output = #rt::Result<#rt::Vec<#out_ty>, #rt::Error>> + '_ {
-                async move {
-                    while self.__pipeline.must_drain() {
-                        ::core::future::poll_fn(|__cx| self.__poll_done(__cx)).await;
-                        let __r = self.__finish(::core::option::Option::None);
-                        self.__pipeline.push_collected(__r);
-                    }
-                    self.__pipeline.room()?;
-                    self.__begin(#(#input_names,)*)?;
-                    let __ticket = self.__pipeline.issue();
-                    self.wait_async(__ticket).await
-                }
+            pub fn execute_async(&mut self, #(#input_params),*) -> impl ::core::future::Future<Output = #result> + '_ {
+                self.__driver.execute_async(#inputs)
             }
 
             /// Submits one execution and returns at once with its ticket; `wait` (or
@@ -316,97 +272,26 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// its result (the execution still runs; its room is freed once it ends).
             #[allow(clippy::too_many_arguments)]
             pub fn submit(&mut self, #(#input_params),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
-                self.__submit(#(#input_names,)* ::core::option::Option::None)
+                self.__driver.submit(#inputs)
             }
 
             /// Waits for the execution of `ticket` and returns its output, indexed by rank,
             /// or its error (as `execute` would). Executions submitted before it are
             /// collected first and their results kept for their own tickets.
             /// `Error::ForeignTicket` if another graph issued the ticket.
-            pub fn wait(&mut self, ticket: #rt::Ticket) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
-                self.__wait(ticket, ::core::option::Option::None)
+            pub fn wait(&mut self, ticket: #rt::Ticket) -> #result {
+                self.__driver.wait(ticket)
             }
 
             /// `wait` as a future, which waits without blocking or spinning the executor's
             /// thread (see `execute_async`). Dropping it abandons the ticket's result.
-            pub fn wait_async(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #rt::Result<#rt::Vec<#out_ty>, #rt::Error>> + '_ {
-                async move {
-                    self.__pipeline.check(&ticket)?;
-                    while self.__pipeline.needs_collect(&ticket) {
-                        ::core::future::poll_fn(|__cx| self.__poll_done(__cx)).await;
-                        let __r = self.__finish(::core::option::Option::None);
-                        self.__pipeline.push_collected(__r);
-                    }
-                    self.__pipeline.take(ticket)
-                }
+            pub fn wait_async(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #result> + '_ {
+                self.__driver.wait_async(ticket)
             }
 
             /// The executions submitted whose results are neither read nor discarded yet.
             pub fn in_flight(&self) -> ::core::primitive::usize {
-                self.__pipeline.in_flight()
-            }
-
-            /// Ready when every actor of every group has finished the oldest execution not
-            /// yet collected, or a group is broken (collecting then reports it).
-            fn __poll_done(&self, __cx: &mut ::core::task::Context<'_>) -> ::core::task::Poll<()> {
-                #(self.#field_names.register_waker(__cx.waker());)*
-                if #(self.#field_names.ready().is_err())||* || #(self.#field_names.is_done())&&* {
-                    ::core::task::Poll::Ready(())
-                } else {
-                    ::core::task::Poll::Pending
-                }
-            }
-
-            #[allow(clippy::too_many_arguments)]
-            fn __execute(&mut self, #(#input_params,)* __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
-                let __ticket = self.__submit(#(#input_names,)* __deadline)?;
-                self.__wait(__ticket, __deadline)
-            }
-
-            #[allow(clippy::too_many_arguments)]
-            fn __submit(&mut self, #(#input_params,)* __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Ticket, #rt::Error> {
-                while self.__pipeline.must_drain() {
-                    let __r = self.__finish(__deadline);
-                    self.__pipeline.push_collected(__r);
-                }
-                self.__pipeline.room()?;
-                self.__begin(#(#input_names,)*)?;
-                #rt::Result::Ok(self.__pipeline.issue())
-            }
-
-            fn __wait(&mut self, __ticket: #rt::Ticket, __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
-                self.__pipeline.check(&__ticket)?;
-                while self.__pipeline.needs_collect(&__ticket) {
-                    let __r = self.__finish(__deadline);
-                    self.__pipeline.push_collected(__r);
-                }
-                self.__pipeline.take(__ticket)
-            }
-
-            /// Hands the inputs to every actor of every group, behind the executions in
-            /// flight.
-            #[allow(clippy::too_many_arguments)]
-            fn __begin(&mut self, #(#input_params),*) -> #rt::Result<(), #rt::Error> {
-                let _ = (#(#unused_inputs,)*);
-                if self.__executing {
-                    #(self.#field_names.mark_broken("an earlier `execute` panicked in the driver (an input's `Clone`?) before every actor had its input");)*
-                }
-                #(self.#field_names.ready()?;)*
-                self.__executing = true;
-                #(#submits)*
-                self.__executing = false;
-                #rt::Result::Ok(())
-            }
-
-            /// Collects the oldest execution in flight from every group (waiting for it, up
-            /// to `__deadline`) and assembles the output, or the root-cause error.
-            fn __finish(&mut self, __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
-                #(self.#field_names.ready()?;)*
-                #(#collects)*
-                match (#(#results,)*) {
-                    (#(#rt::Result::Ok(#results),)*) => { #assemble }
-                    (#(#results,)*) => #rt::Result::Err(#rt::root_cause([#(#results.err()),*])),
-                }
+                self.__driver.in_flight()
             }
 
             /// Stops the actor threads and hands the actors back, by rank, with their state;
@@ -415,9 +300,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             where
                 #(#send_bounds,)*
             {
-                let Self { #(#field_names,)* .. } = self;
-                #(let #torn = #field_names.teardown();)*
-                #rt::Result::Ok(#teardown_val)
+                let #torn_list = self.__driver.teardown()?;
+                #rt::Result::Ok(#torn_tuple)
             }
 
             /// Stops the actor threads and hands back, by rank, every actor that is intact
@@ -427,9 +311,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             where
                 #(#send_bounds,)*
             {
-                let Self { #(#field_names,)* .. } = self;
-                #(let #torn = #field_names.teardown_each();)*
-                #each_val
+                let #torn_list = self.__driver.teardown_each();
+                #torn_tuple
             }
 
             /// The graph as Graphviz DOT: a cluster per actor group with its method calls
@@ -443,6 +326,51 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             #(#steps)*
         }
     }
+}
+
+/// `items` as the driver's list: `(a, (b, ()))`.
+fn list(items: impl DoubleEndedIterator<Item = TokenStream>) -> TokenStream {
+    items
+        .rev()
+        .fold(quote!(()), |rest, item| quote!((#item, #rest)))
+}
+
+fn group_var(name: &Ident) -> Ident {
+    format_ident!("__group_{}", name)
+}
+
+/// The graph's inputs into each group's, for the driver: a group gets the inputs it reads,
+/// each moved to the last group that reads it and cloned for the others before.
+fn split(g: &Graph, groups: &[GroupPlan]) -> TokenStream {
+    let mut remaining_uses: Vec<usize> = (0..g.inputs.len())
+        .map(|i| groups.iter().filter(|p| p.inputs.contains(&i)).count())
+        .collect();
+    let pats = g.inputs.iter().zip(&remaining_uses).map(|(i, &uses)| {
+        let n = &i.name;
+        if uses == 0 {
+            quote!(_)
+        } else {
+            quote!(#n)
+        }
+    });
+    let pat = quote!((#(#pats,)*));
+    let per_group: Vec<TokenStream> = groups
+        .iter()
+        .map(|p| {
+            let vals = p.inputs.iter().map(|&i| {
+                remaining_uses[i] -= 1;
+                let n = &g.inputs[i].name;
+                if remaining_uses[i] == 0 {
+                    quote!(#n)
+                } else {
+                    quote!(::core::clone::Clone::clone(&#n))
+                }
+            });
+            quote!((#(#vals,)*))
+        })
+        .collect();
+    let body = list(per_group.into_iter());
+    quote!(|#pat| #body)
 }
 
 /// Everything `launch` checks before it starts a thread: groups zipped into one output or
@@ -622,31 +550,40 @@ fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
         })
         .collect()
 }
-/// The output from every group's per-rank results (`Vec`s, already checked).
-fn assemble(g: &Graph, groups: &[GroupPlan], results: &[Ident]) -> TokenStream {
-    let rt = rt::path();
+/// The driver's assembly of the output from every group's per-rank results (`Vec`s, as a
+/// list, already checked).
+fn assemble(g: &Graph, groups: &[GroupPlan]) -> TokenStream {
+    let result = |p: &GroupPlan| format_ident!("__result_{}", g.groups[p.index].name);
     let contributing: Vec<&GroupPlan> = groups.iter().filter(|p| !p.out_parts.is_empty()).collect();
+    let pat = list(groups.iter().map(|p| {
+        if p.out_parts.is_empty() {
+            quote!(_)
+        } else {
+            let r = result(p);
+            quote!(#r)
+        }
+    }));
     if !g.output.tuple || contributing.len() == 1 {
-        let r = &results[contributing[0].index];
-        return quote!(#rt::Result::Ok(#r));
+        let r = result(contributing[0]);
+        return quote!(|#pat| #r);
     }
     // Zip the groups' per-rank tuples and put the parts back in output order (traits
     // named in full: the user's module may have no prelude).
     let part_ident = |k: usize| format_ident!("__out{}", k);
     let mut iter = quote!();
-    let mut pat = quote!();
+    let mut parts_pat = quote!();
     for (n, p) in contributing.iter().enumerate() {
-        let r = &results[p.index];
+        let r = result(p);
         let parts = p.out_parts.iter().map(|&k| part_ident(k));
         let this = quote!((#(#parts,)*));
         if n == 0 {
             iter = quote!(::core::iter::IntoIterator::into_iter(#r));
-            pat = this;
+            parts_pat = this;
         } else {
             iter = quote!(::core::iter::Iterator::zip(#iter, #r));
-            pat = quote!((#pat, #this));
+            parts_pat = quote!((#parts_pat, #this));
         }
     }
     let all = (0..g.output.parts.len()).map(part_ident);
-    quote!(#rt::Result::Ok(::core::iter::Iterator::collect(::core::iter::Iterator::map(#iter, |#pat| (#(#all,)*)))))
+    quote!(|#pat| ::core::iter::Iterator::collect(::core::iter::Iterator::map(#iter, |#parts_pat| (#(#all,)*))))
 }

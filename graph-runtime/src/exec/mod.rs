@@ -13,12 +13,14 @@
 
 mod actors;
 mod ctx;
+mod driver;
 pub(crate) mod edge;
 mod pipeline;
 mod wake;
 
 pub use actors::Actors;
 pub use ctx::{Stage, StepCtx, SyncPoint};
+pub use driver::{Driver, Groups, Teardown};
 pub use edge::{Edge, EdgeValue, Links, Route};
 pub use pipeline::{LaunchOptions, Pipeline, Ticket};
 
