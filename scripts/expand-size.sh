@@ -7,8 +7,9 @@
 #
 # The graph's expansion is the expanded file from the line that declares the graph's struct
 # (`struct <Graph>`) up to the next `fn main`: `graph!` expands in place, after the
-# `#[actor]` block, and the examples put `main` right after it. The expanded text is kept
-# in target/expand/<example>.rs to look at.
+# `#[actor]` block, and the examples put `main` right after it. "code" is that part without
+# its doc attributes (the generated methods' docs, the same for every graph). The expanded
+# text is kept in target/expand/<example>.rs to look at.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 example=${1:?usage: scripts/expand-size.sh <example> <GraphName>}
@@ -24,6 +25,9 @@ part=$(awk -v g="$graph" '
     on { print }
 ' "$out")
 [ -n "$part" ] || { echo "no \`struct $graph\` in $out" >&2; exit 1; }
-printf '%-10s graph %-10s %6d lines %8d bytes   whole file %6d lines %8d bytes\n' \
-    "$example" "$graph" "$(printf '%s\n' "$part" | wc -l)" "$(printf '%s\n' "$part" | wc -c)" \
-    "$(wc -l <"$out")" "$(wc -c <"$out")"
+# `-Zunpretty` prints a doc attribute as `#[doc = r"..."]`, breaking a long one after `=`.
+code=$(printf '%s\n' "$part" | grep -v -e '#\[doc' -e '^ *r"' || true)
+count() { printf '%s\n' "$1" | wc -"$2"; }
+printf '%-8s %-9s graph: %4d lines %6d bytes; its code: %4d lines %6d bytes; file: %4d lines %6d bytes\n' \
+    "$example" "$graph" "$(count "$part" l)" "$(count "$part" c)" \
+    "$(count "$code" l)" "$(count "$code" c)" "$(wc -l <"$out")" "$(wc -c <"$out")"

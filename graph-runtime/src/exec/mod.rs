@@ -1,5 +1,7 @@
 //! Actor threads: one owner of the threads per group, driver <-> actor slots, launch and
-//! teardown; and the edges that carry values between actors ([`edge`]).
+//! teardown; the edges that carry values between actors ([`edge`]); and the one generic
+//! [`Driver`] of a launched graph, which owns its groups and runs its executions
+//! ([`driver`]: generated graphs forward to it).
 //!
 //! Several executions may be in flight (up to the graph's `max_in_flight`, kept by the
 //! driver's [`Pipeline`]): each actor has an input and an output queue of that capacity,
