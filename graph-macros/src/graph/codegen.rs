@@ -85,13 +85,10 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         let stages = &d.stages;
         let (_, schedule) = &steps[p.index];
         quote! {
-            let #field = {
-                let __edges = ::core::clone::Clone::clone(&__edges);
-                #rt::Group::launch(
-                    #s, __options.in_flight_bound(), #n, &backend, &[#(#stages),*], #schedule, &__links,
-                    move |__a, __c, __i| Self::#step::<__B::Comm>(__a, __c, __i, &__edges),
-                )?
-            };
+            let #field = #rt::Group::launch(
+                #s, &__options, #n, &backend, &[#(#stages),*], #schedule, &__links, &__edges,
+                Self::#step::<__B::Comm>,
+            )?;
         }
     });
     let launched = list(g.groups.iter().map(|d| {
