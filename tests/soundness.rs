@@ -360,13 +360,14 @@ fn hand_written<I: Clone + Send + 'static, O: Send + 'static>(
     let schedule = &[SyncPoint::Stage(0)];
     Group::launch(
         "workers",
-        1,
+        &LaunchOptions::default(),
         workers(n).into(),
         &Cpu,
         &["stage"],
         schedule,
         &Links::new(),
-        step,
+        &step,
+        |worker, ctx, input, step| step(worker, ctx, input),
     )
     .unwrap()
 }

@@ -157,7 +157,7 @@ fn space_between(prev: Prev, next: &TokenTree) -> bool {
 }
 
 /// Names as code, for messages: "`a`, `b`, `c`".
-pub(crate) fn code_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn code_list(names: impl IntoIterator<Item = impl std::fmt::Display>) -> String {
     names
         .into_iter()
         .map(|n| format!("`{n}`"))
@@ -207,6 +207,6 @@ mod tests {
     #[test]
     fn code_list_quotes_each_name() {
         assert_eq!(code_list(["Sum", "Avg"]), "`Sum`, `Avg`");
-        assert_eq!(code_list([]), "");
+        assert_eq!(code_list(Vec::<&str>::new()), "");
     }
 }

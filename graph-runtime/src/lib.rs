@@ -41,8 +41,8 @@ pub mod __private {
     pub use crate::bucket::{FusedStage, SlotIdx};
     pub use crate::comm::{Backend, Collective, Communicator, ReduceOp};
     pub use crate::exec::{
-        Actors, Deadline, Edge, EdgeValue, Group, LaunchOptions, Links, Pipeline, Route, Stage,
-        StepCtx, StepFn, SyncPoint, Ticket,
+        Actors, Driver, Edge, EdgeValue, Group, LaunchOptions, Links, Route, Stage, StepCtx,
+        StepFn, SyncPoint, Ticket,
     };
     pub use crate::method::{
         checked, destructures, gatherable, input, method_index, sendable, Actor, Checked, Fallible,
@@ -103,14 +103,6 @@ pub mod __private {
                 to_len: to.1,
             })
         }
-    }
-
-    /// The one error an execution reports, from every group's: the root cause (see
-    /// `Error::Upstream`, `Error::Aborted`).
-    pub fn root_cause(errors: impl IntoIterator<Item = Option<Error>>) -> Error {
-        Error::root_cause(errors.into_iter().flatten()).unwrap_or_else(|| {
-            Error::Backend("internal error: an execution failed without an error".into())
-        })
     }
 
     /// A value that several actors read, cloned for one of them.

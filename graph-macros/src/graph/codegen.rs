@@ -3,40 +3,38 @@
 //! (see `schedule`): every actor runs its ops, collectives and edge transfers in one order
 //! fixed here.
 
-use proc_macro2::{Ident, Span, TokenStream};
+use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
 use super::ir::{Check, CheckKind, Graph, OpKind, Place};
-use super::ops::{CollectiveSpec, Kind, OpName, Root};
-use super::parse::GraphDef;
+use super::plan::{edge_type, output_type, GroupPlan};
+use super::respan::{respan, respan_ends};
 use super::schedule::{self, Route, Schedule};
-use super::types::checked_type;
 use super::{dot, step};
-
-pub(super) fn rt() -> TokenStream {
-    crate::rt::path()
-}
-
-fn group_field(name: &Ident) -> Ident {
-    format_ident!("__group_{}", name)
-}
+use crate::rt;
 
 pub(crate) fn expand(g: &Graph) -> TokenStream {
-    let rt = rt();
+    let rt = rt::path();
     let def = g.def;
     let (attrs, vis, name) = (&def.attrs, &def.vis, &def.name);
     let sched = schedule::schedule(g);
     let groups: Vec<GroupPlan> = (0..g.groups.len())
-        .map(|gi| GroupPlan::new(g, &sched, gi))
+        .map(|gi| GroupPlan::new(g, gi))
         .collect();
+    let steps: Vec<(TokenStream, TokenStream)> =
+        groups.iter().map(|p| step::step_fn(g, &sched, p)).collect();
 
-    let fields = groups.iter().map(|p| {
-        let field = group_field(&g.groups[p.index].name);
+    // The driver's type: the groups as a list, the graph's inputs, one rank's output.
+    let group_tys = groups.iter().map(|p| {
         let actor = &g.groups[p.index].actor;
         let in_tys = p.inputs.iter().map(|&i| &g.inputs[i].checked);
         let out_ty = &p.out_ty;
-        quote!(#field: #rt::Group<#actor, (#(#in_tys,)*), #out_ty>)
+        quote!(#rt::Group<#actor, (#(#in_tys,)*), #out_ty>)
     });
+    let input_tys = g.inputs.iter().map(|i| &i.ty);
+    let out_ty = output_type(g);
+    let groups_ty = list(group_tys);
+    let driver_ty = quote!(#rt::Driver<#groups_ty, (#(#input_tys,)*), #out_ty>);
 
     // launch
     let params = |ready| -> Vec<TokenStream> {
@@ -82,21 +80,23 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let edge_vars = (0..sched.edges.len()).map(|e| format_ident!("__e{}", e));
     let launches = groups.iter().map(|p| {
         let d = &g.groups[p.index];
-        let (n, field, step) = (&d.name, group_field(&d.name), step::name(g, p.index));
+        let (n, field, step) = (&d.name, group_var(&d.name), step::name(g, p.index));
         let s = n.to_string();
         let stages = &d.stages;
-        let (_, schedule) = &p.step;
+        let (_, schedule) = &steps[p.index];
         quote! {
-            let #field = {
-                let __edges = ::core::clone::Clone::clone(&__edges);
-                #rt::Group::launch(
-                    #s, __options.in_flight_bound(), #n, &backend, &[#(#stages),*], #schedule, &__links,
-                    move |__a, __c, __i| Self::#step::<__B::Comm>(__a, __c, __i, &__edges),
-                )?
-            };
+            let #field = #rt::Group::launch(
+                #s, &__options, #n, &backend, &[#(#stages),*], #schedule, &__links, &__edges,
+                Self::#step::<__B::Comm>,
+            )?;
         }
     });
-    let field_names: Vec<Ident> = g.groups.iter().map(|d| group_field(&d.name)).collect();
+    let launched = list(g.groups.iter().map(|d| {
+        let v = group_var(&d.name);
+        quote!(#v)
+    }));
+    let split = split(g, &groups);
+    let assemble = assemble(g, &groups);
 
     // execute
     let input_params: Vec<TokenStream> = g
@@ -107,42 +107,9 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             quote!(#n: #t)
         })
         .collect();
-    let mut remaining_uses: Vec<usize> = (0..g.inputs.len())
-        .map(|i| groups.iter().filter(|p| p.inputs.contains(&i)).count())
-        .collect();
-    let submits: Vec<TokenStream> = groups
-        .iter()
-        .map(|p| {
-            let field = group_field(&g.groups[p.index].name);
-            let vals = p.inputs.iter().map(|&i| {
-                remaining_uses[i] -= 1;
-                let n = &g.inputs[i].name;
-                if remaining_uses[i] == 0 {
-                    quote!(#n)
-                } else {
-                    quote!(::core::clone::Clone::clone(&#n))
-                }
-            });
-            quote!(self.#field.submit((#(#vals,)*));)
-        })
-        .collect();
-    let unused_inputs = g
-        .inputs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !groups.iter().any(|p| p.inputs.contains(i)))
-        .map(|(_, inp)| &inp.name);
-    let results: Vec<Ident> = g
-        .groups
-        .iter()
-        .map(|d| format_ident!("__result_{}", d.name))
-        .collect();
-    let collects = groups.iter().zip(&results).map(|(p, r)| {
-        let field = group_field(&g.groups[p.index].name);
-        quote!(let #r = self.#field.collect(__deadline);)
-    });
-    let assemble = assemble(g, &groups, &results);
-    let out_ty = output_type(g);
+    let input_names: Vec<&Ident> = g.inputs.iter().map(|i| &i.name).collect();
+    let inputs = quote!((#(#input_names,)*));
+    let result = quote!(#rt::Result<#rt::Vec<#out_ty>, #rt::Error>);
 
     // teardown: hands actors back to this thread, so only here must they be `Send`
     let actor_vecs: Vec<TokenStream> = g
@@ -166,18 +133,17 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             quote!(#rt::Vec<#rt::Result<#a, #rt::Error>>)
         })
         .collect();
-    let (teardown_ty, teardown_val, each_ty, each_val) = if g.groups.len() == 1 {
-        let (t, v, e) = (&actor_vecs[0], &torn[0], &each_vecs[0]);
-        (quote!(#t), quote!(#v?), quote!(#e), quote!(#v))
+    let torn_list = list(torn.iter().map(|t| quote!(#t)));
+    let (teardown_ty, each_ty, torn_tuple) = if g.groups.len() == 1 {
+        let (t, e, v) = (&actor_vecs[0], &each_vecs[0], &torn[0]);
+        (quote!(#t), quote!(#e), quote!(#v))
     } else {
         (
             quote!((#(#actor_vecs),*)),
-            quote!((#(#torn?),*)),
             quote!((#(#each_vecs),*)),
             quote!((#(#torn),*)),
         )
     };
-    let input_names: Vec<&Ident> = g.inputs.iter().map(|i| &i.name).collect();
     // Spanned at the group's actor type, where a missing `Send` is reported.
     let send_bounds: Vec<TokenStream> = g
         .groups
@@ -188,11 +154,11 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         })
         .collect();
 
-    let steps = groups.iter().map(|p| &p.step.0);
+    let steps = steps.iter().map(|(f, _)| f);
     let group_names = g.groups.iter().map(|d| d.name.to_string());
     let launch_doc = format!(
         "Spawns one thread per actor of every group ({}), each with its communicator endpoint from `backend`.",
-        g.groups.iter().map(|d| format!("`{}`", d.name)).collect::<Vec<_>>().join(", ")
+        crate::diag::code_list(g.groups.iter().map(|d| &d.name))
     );
     let dot = dot::to_dot(g, &sched);
     let index_asserts = index_asserts(g);
@@ -203,13 +169,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     quote! {
         #(#attrs)*
         #vis struct #name {
-            #(#fields,)*
-            /// Set while `execute` hands out inputs: still set at the next `execute` only if
-            /// the last one unwound in between (some actors may have run it and others
-            /// not), which breaks the graph.
-            __executing: ::core::primitive::bool,
-            /// The executions in flight, their tickets and the results collected ahead.
-            __pipeline: #rt::Pipeline<#rt::Vec<#out_ty>>,
+            /// The groups and the executions in flight: the runtime's one driver.
+            __driver: #driver_ty,
         }
 
         #(#index_asserts)*
@@ -260,7 +221,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 #(#edges)*
                 let __edges: #links_ty = (#(#edge_vars,)*);
                 #(#launches)*
-                #rt::Result::Ok(Self { #(#field_names,)* __executing: false, __pipeline: #rt::Pipeline::new(__options) })
+                #rt::Result::Ok(Self { __driver: #rt::Driver::new(#launched, __options, #split, #assemble) })
             }
 
             /// Runs the graph once on every actor and returns the output, indexed by rank.
@@ -271,16 +232,16 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// stays poisoned). It counts as one execution in flight: with tickets from
             /// `submit` outstanding and no room left, it returns `Error::InFlightFull`.
             #[allow(clippy::too_many_arguments)]
-            pub fn execute(&mut self, #(#input_params),*) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
-                self.__execute(#(#input_names,)* ::core::option::Option::None)
+            pub fn execute(&mut self, #(#input_params),*) -> #result {
+                self.__driver.execute(#inputs, ::core::option::Option::None)
             }
 
             /// Like `execute`, but returns `Error::Timeout` naming the ranks still running
             /// when `timeout` passes. The graph is then broken: later calls return
             /// `Error::Broken`, and only teardown is left.
             #[allow(clippy::too_many_arguments)]
-            pub fn execute_timeout(&mut self, #(#input_params,)* timeout: #rt::Duration) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
-                self.__execute(#(#input_names,)* ::core::option::Option::Some(#rt::Deadline::after(timeout)))
+            pub fn execute_timeout(&mut self, #(#input_params,)* timeout: #rt::Duration) -> #result {
+                self.__driver.execute(#inputs, ::core::option::Option::Some(timeout))
             }
 
             /// Like `execute`, but returns a future that completes when every actor has
@@ -295,18 +256,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// waits for it if it needs the room, then runs normally. A future dropped
             /// before its first poll submits nothing.
             #[allow(clippy::too_many_arguments)]
-            pub fn execute_async(&mut self, #(#input_params),*) -> impl ::core::future::Future<Output = #rt::Result<#rt::Vec<#out_ty>, #rt::Error>> + '_ {
-                async move {
-                    while self.__pipeline.must_drain() {
-                        ::core::future::poll_fn(|__cx| self.__poll_done(__cx)).await;
-                        let __r = self.__finish(::core::option::Option::None);
-                        self.__pipeline.push_collected(__r);
-                    }
-                    self.__pipeline.room()?;
-                    self.__begin(#(#input_names,)*)?;
-                    let __ticket = self.__pipeline.issue();
-                    self.wait_async(__ticket).await
-                }
+            pub fn execute_async(&mut self, #(#input_params),*) -> impl ::core::future::Future<Output = #result> + '_ {
+                self.__driver.execute_async(#inputs)
             }
 
             /// Submits one execution and returns at once with its ticket; `wait` (or
@@ -318,97 +269,26 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             /// its result (the execution still runs; its room is freed once it ends).
             #[allow(clippy::too_many_arguments)]
             pub fn submit(&mut self, #(#input_params),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
-                self.__submit(#(#input_names,)* ::core::option::Option::None)
+                self.__driver.submit(#inputs)
             }
 
             /// Waits for the execution of `ticket` and returns its output, indexed by rank,
             /// or its error (as `execute` would). Executions submitted before it are
             /// collected first and their results kept for their own tickets.
             /// `Error::ForeignTicket` if another graph issued the ticket.
-            pub fn wait(&mut self, ticket: #rt::Ticket) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
-                self.__wait(ticket, ::core::option::Option::None)
+            pub fn wait(&mut self, ticket: #rt::Ticket) -> #result {
+                self.__driver.wait(ticket)
             }
 
             /// `wait` as a future, which waits without blocking or spinning the executor's
             /// thread (see `execute_async`). Dropping it abandons the ticket's result.
-            pub fn wait_async(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #rt::Result<#rt::Vec<#out_ty>, #rt::Error>> + '_ {
-                async move {
-                    self.__pipeline.check(&ticket)?;
-                    while self.__pipeline.needs_collect(&ticket) {
-                        ::core::future::poll_fn(|__cx| self.__poll_done(__cx)).await;
-                        let __r = self.__finish(::core::option::Option::None);
-                        self.__pipeline.push_collected(__r);
-                    }
-                    self.__pipeline.take(ticket)
-                }
+            pub fn wait_async(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #result> + '_ {
+                self.__driver.wait_async(ticket)
             }
 
             /// The executions submitted whose results are neither read nor discarded yet.
             pub fn in_flight(&self) -> ::core::primitive::usize {
-                self.__pipeline.in_flight()
-            }
-
-            /// Ready when every actor of every group has finished the oldest execution not
-            /// yet collected, or a group is broken (collecting then reports it).
-            fn __poll_done(&self, __cx: &mut ::core::task::Context<'_>) -> ::core::task::Poll<()> {
-                #(self.#field_names.register_waker(__cx.waker());)*
-                if #(self.#field_names.ready().is_err())||* || #(self.#field_names.is_done())&&* {
-                    ::core::task::Poll::Ready(())
-                } else {
-                    ::core::task::Poll::Pending
-                }
-            }
-
-            #[allow(clippy::too_many_arguments)]
-            fn __execute(&mut self, #(#input_params,)* __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
-                let __ticket = self.__submit(#(#input_names,)* __deadline)?;
-                self.__wait(__ticket, __deadline)
-            }
-
-            #[allow(clippy::too_many_arguments)]
-            fn __submit(&mut self, #(#input_params,)* __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Ticket, #rt::Error> {
-                while self.__pipeline.must_drain() {
-                    let __r = self.__finish(__deadline);
-                    self.__pipeline.push_collected(__r);
-                }
-                self.__pipeline.room()?;
-                self.__begin(#(#input_names,)*)?;
-                #rt::Result::Ok(self.__pipeline.issue())
-            }
-
-            fn __wait(&mut self, __ticket: #rt::Ticket, __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
-                self.__pipeline.check(&__ticket)?;
-                while self.__pipeline.needs_collect(&__ticket) {
-                    let __r = self.__finish(__deadline);
-                    self.__pipeline.push_collected(__r);
-                }
-                self.__pipeline.take(__ticket)
-            }
-
-            /// Hands the inputs to every actor of every group, behind the executions in
-            /// flight.
-            #[allow(clippy::too_many_arguments)]
-            fn __begin(&mut self, #(#input_params),*) -> #rt::Result<(), #rt::Error> {
-                let _ = (#(#unused_inputs,)*);
-                if self.__executing {
-                    #(self.#field_names.mark_broken("an earlier `execute` panicked in the driver (an input's `Clone`?) before every actor had its input");)*
-                }
-                #(self.#field_names.ready()?;)*
-                self.__executing = true;
-                #(#submits)*
-                self.__executing = false;
-                #rt::Result::Ok(())
-            }
-
-            /// Collects the oldest execution in flight from every group (waiting for it, up
-            /// to `__deadline`) and assembles the output, or the root-cause error.
-            fn __finish(&mut self, __deadline: ::core::option::Option<#rt::Deadline>) -> #rt::Result<#rt::Vec<#out_ty>, #rt::Error> {
-                #(self.#field_names.ready()?;)*
-                #(#collects)*
-                match (#(#results,)*) {
-                    (#(#rt::Result::Ok(#results),)*) => { #assemble }
-                    (#(#results,)*) => #rt::Result::Err(#rt::root_cause([#(#results.err()),*])),
-                }
+                self.__driver.in_flight()
             }
 
             /// Stops the actor threads and hands the actors back, by rank, with their state;
@@ -417,9 +297,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             where
                 #(#send_bounds,)*
             {
-                let Self { #(#field_names,)* .. } = self;
-                #(let #torn = #field_names.teardown();)*
-                #rt::Result::Ok(#teardown_val)
+                let #torn_list = self.__driver.teardown()?;
+                #rt::Result::Ok(#torn_tuple)
             }
 
             /// Stops the actor threads and hands back, by rank, every actor that is intact
@@ -429,9 +308,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             where
                 #(#send_bounds,)*
             {
-                let Self { #(#field_names,)* .. } = self;
-                #(let #torn = #field_names.teardown_each();)*
-                #each_val
+                let #torn_list = self.__driver.teardown_each();
+                #torn_tuple
             }
 
             /// The graph as Graphviz DOT: a cluster per actor group with its method calls
@@ -447,11 +325,56 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     }
 }
 
+/// `items` as the driver's list: `(a, (b, ()))`.
+fn list(items: impl DoubleEndedIterator<Item = TokenStream>) -> TokenStream {
+    items
+        .rev()
+        .fold(quote!(()), |rest, item| quote!((#item, #rest)))
+}
+
+fn group_var(name: &Ident) -> Ident {
+    format_ident!("__group_{}", name)
+}
+
+/// The graph's inputs into each group's, for the driver: a group gets the inputs it reads,
+/// each moved to the last group that reads it and cloned for the others before.
+fn split(g: &Graph, groups: &[GroupPlan]) -> TokenStream {
+    let mut remaining_uses: Vec<usize> = (0..g.inputs.len())
+        .map(|i| groups.iter().filter(|p| p.inputs.contains(&i)).count())
+        .collect();
+    let pats = g.inputs.iter().zip(&remaining_uses).map(|(i, &uses)| {
+        let n = &i.name;
+        if uses == 0 {
+            quote!(_)
+        } else {
+            quote!(#n)
+        }
+    });
+    let pat = quote!((#(#pats,)*));
+    let per_group: Vec<TokenStream> = groups
+        .iter()
+        .map(|p| {
+            let vals = p.inputs.iter().map(|&i| {
+                remaining_uses[i] -= 1;
+                let n = &g.inputs[i].name;
+                if remaining_uses[i] == 0 {
+                    quote!(#n)
+                } else {
+                    quote!(::core::clone::Clone::clone(&#n))
+                }
+            });
+            quote!((#(#vals,)*))
+        })
+        .collect();
+    let body = list(per_group.into_iter());
+    quote!(|#pat| #body)
+}
+
 /// Everything `launch` checks before it starts a thread: groups zipped into one output or
 /// connected by a per-actor edge have equal sizes; every addressed actor and every root
 /// exists.
 fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStream {
-    let rt = rt();
+    let rt = rt::path();
     let zipped: Vec<&GroupPlan> = groups.iter().filter(|p| !p.out_parts.is_empty()).collect();
     let size_check = if zipped.len() > 1 {
         let checks = zipped.iter().map(|p| {
@@ -501,13 +424,13 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
 /// A group's parameter of `launch` (`ready`: its actors as a `Vec`, or an array for a
 /// fixed-size group) or of `launch_actors` (an `Actors`). Without a usable actor type (a
 /// graph with errors), any value.
-fn launch_param(
+pub(super) fn launch_param(
     name: &Ident,
     actor: Option<&syn::Type>,
     size: Option<&syn::Expr>,
     ready: bool,
 ) -> TokenStream {
-    let rt = rt();
+    let rt = rt::path();
     match (actor, size, ready) {
         (Some(a), Some(len), true) => quote!(#name: [#a; #len]),
         (Some(a), None, true) => quote!(#name: #rt::Vec<#a>),
@@ -522,7 +445,7 @@ fn launch_param(
 /// fails that constant, at the user's `method(..)`, with a message that says which; every
 /// type derived from the call goes through this impl, so nothing else reports an error.
 fn method_calls(g: &Graph) -> Vec<TokenStream> {
-    let rt = rt();
+    let rt = rt::path();
     let graph = &g.def.name;
     g.ops
         .iter()
@@ -583,7 +506,7 @@ fn index_asserts(g: &Graph) -> Vec<TokenStream> {
 /// The graph's struct thus needs no `where` clause (which would make every
 /// `impl MethodCall<K> for Graph` report it again).
 fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
-    let rt = rt();
+    let rt = rt::path();
     let (graph, privacy) = (&g.def.name, &g.privacy);
     // Each value sent over an edge leaves its actor's thread: its type is checked `Send`,
     // after the graph's own checks (see `edge_type`).
@@ -624,390 +547,40 @@ fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
         })
         .collect()
 }
-
-/// The type of the values on edge `e`: checked `Send` (see `value_checks`).
-pub(super) fn edge_type(g: &Graph, e: usize) -> TokenStream {
-    checked_type(&g.def.name, &g.privacy, g.checks.len() + e)
-}
-
-/// `tokens` with every token located at `at` (keeping each token's hygiene), so that a
-/// diagnostic about any part of them points at `at`.
-pub(super) fn respan(tokens: TokenStream, at: Span) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|mut tt| {
-            if let proc_macro2::TokenTree::Group(g) = &tt {
-                let mut inner = proc_macro2::Group::new(g.delimiter(), respan(g.stream(), at));
-                inner.set_span(g.span().located_at(at));
-                tt = proc_macro2::TokenTree::Group(inner);
-            } else {
-                tt.set_span(tt.span().located_at(at));
-            }
-            tt
-        })
-        .collect()
-}
-
-/// `tokens` with its first and last token located at `at`: a type so changed spans `at`
-/// as a whole in diagnostics, while the tokens inside keep their own spans.
-fn respan_ends(tokens: TokenStream, at: Span) -> TokenStream {
-    let mut tts: Vec<proc_macro2::TokenTree> = tokens.into_iter().collect();
-    let last = tts.len().saturating_sub(1);
-    for i in [0, last] {
-        if let Some(tt) = tts.get_mut(i) {
-            tt.set_span(tt.span().located_at(at));
-        }
-    }
-    tts.into_iter().collect()
-}
-
-/// The type of one output part on one rank: a value of one actor is `Some` on that rank
-/// only.
-fn part_type(g: &Graph, k: usize) -> TokenStream {
-    let v = &g.values[g.output.parts[k]];
-    let ty = &g.output.tys[k];
-    match v.place() {
-        Some(Place::Actor(..)) => quote!(::core::option::Option<#ty>),
-        _ => quote!(#ty),
-    }
-}
-
-/// The type of one rank's output.
-fn output_type(g: &Graph) -> TokenStream {
-    let tys = (0..g.output.parts.len()).map(|k| part_type(g, k));
-    if g.output.tuple {
-        quote!((#(#tys,)*))
-    } else {
-        quote!(#(#tys)*)
-    }
-}
-
-/// The output from every group's per-rank results (`Vec`s, already checked).
-fn assemble(g: &Graph, groups: &[GroupPlan], results: &[Ident]) -> TokenStream {
-    let rt = rt();
+/// The driver's assembly of the output from every group's per-rank results (`Vec`s, as a
+/// list, already checked).
+fn assemble(g: &Graph, groups: &[GroupPlan]) -> TokenStream {
+    let result = |p: &GroupPlan| format_ident!("__result_{}", g.groups[p.index].name);
     let contributing: Vec<&GroupPlan> = groups.iter().filter(|p| !p.out_parts.is_empty()).collect();
+    let pat = list(groups.iter().map(|p| {
+        if p.out_parts.is_empty() {
+            quote!(_)
+        } else {
+            let r = result(p);
+            quote!(#r)
+        }
+    }));
     if !g.output.tuple || contributing.len() == 1 {
-        let r = &results[contributing[0].index];
-        return quote!(#rt::Result::Ok(#r));
+        let r = result(contributing[0]);
+        return quote!(|#pat| #r);
     }
     // Zip the groups' per-rank tuples and put the parts back in output order (traits
     // named in full: the user's module may have no prelude).
     let part_ident = |k: usize| format_ident!("__out{}", k);
     let mut iter = quote!();
-    let mut pat = quote!();
+    let mut parts_pat = quote!();
     for (n, p) in contributing.iter().enumerate() {
-        let r = &results[p.index];
+        let r = result(p);
         let parts = p.out_parts.iter().map(|&k| part_ident(k));
         let this = quote!((#(#parts,)*));
         if n == 0 {
             iter = quote!(::core::iter::IntoIterator::into_iter(#r));
-            pat = this;
+            parts_pat = this;
         } else {
             iter = quote!(::core::iter::Iterator::zip(#iter, #r));
-            pat = quote!((#pat, #this));
+            parts_pat = quote!((#parts_pat, #this));
         }
     }
     let all = (0..g.output.parts.len()).map(part_ident);
-    quote!(#rt::Result::Ok(::core::iter::Iterator::collect(::core::iter::Iterator::map(#iter, |#pat| (#(#all,)*)))))
-}
-
-/// What one group runs and returns.
-pub(super) struct GroupPlan {
-    pub(super) index: usize,
-    /// Graph inputs this group reads, by input index.
-    pub(super) inputs: Vec<usize>,
-    /// Positions in the graph output that this group produces.
-    pub(super) out_parts: Vec<usize>,
-    pub(super) out_ty: TokenStream,
-    /// Its step function and its schedule of synchronizations.
-    step: (TokenStream, TokenStream),
-}
-
-impl GroupPlan {
-    fn new(g: &Graph, sched: &Schedule, index: usize) -> Self {
-        let mut inputs = Vec::new();
-        for op in g.ops.iter().filter(|op| op.group() == index) {
-            let reads: &[_] = match &op.kind {
-                OpKind::Call { args, .. } => args,
-                OpKind::Tuple { parts } => parts,
-                _ => &[],
-            };
-            for &a in reads {
-                if let Some(i) = g.inputs.iter().position(|inp| inp.value == a) {
-                    if !inputs.contains(&i) {
-                        inputs.push(i);
-                    }
-                }
-            }
-        }
-        inputs.sort_unstable();
-        let out_parts: Vec<usize> = g
-            .output
-            .parts
-            .iter()
-            .enumerate()
-            .filter(|(_, &v)| g.values[v].place().map(Place::group) == Some(index))
-            .map(|(k, _)| k)
-            .collect();
-        let tys = out_parts.iter().map(|&k| part_type(g, k));
-        let out_ty = if out_parts.is_empty() {
-            quote!(())
-        } else if g.output.tuple {
-            quote!((#(#tys,)*))
-        } else {
-            quote!(#(#tys)*)
-        };
-        let mut plan = GroupPlan {
-            index,
-            inputs,
-            out_parts,
-            out_ty,
-            step: (quote!(), quote!()),
-        };
-        plan.step = step::step_fn(g, sched, &plan);
-        plan
-    }
-}
-
-/// `ident` located at the user's argument `at`, so that a type error on it points there
-/// and not at the value's definition; its hygiene stays that of `ident`.
-pub(super) fn at_user(ident: &Ident, at: Span) -> Ident {
-    let mut ident = ident.clone();
-    ident.set_span(ident.span().located_at(at));
-    ident
-}
-
-/// A value that goes through a fused stage.
-pub(super) struct StageValue {
-    pub(super) ident: Ident,
-    /// The user's argument.
-    pub(super) span: Span,
-    /// For an `allgather`, the value's type once checked (see `value_checks`).
-    pub(super) checked: Option<TokenStream>,
-}
-
-/// One fused stage of a step: lay the values out, pack them, run the collective, and take
-/// the results. Every call that names a value is spanned at the user's argument and bound
-/// by the one trait this kind of collective needs, so that a value of a type that cannot go
-/// through it gets exactly one error, there. An `allgather` names the value's checked type,
-/// which is an error (and silent) when the check failed. `stage`: its index and its
-/// values' names, for the runtime's errors.
-pub(super) fn stage_code(
-    kind: Kind,
-    stage: (usize, &[&str]),
-    outs: &[&Ident],
-    vals: &[StageValue],
-    collective: &TokenStream,
-    root: Option<&Root>,
-) -> TokenStream {
-    let (stage, labels) = stage;
-    let idx = (0..vals.len()).map(syn::Index::from);
-    let mut adds = Vec::new();
-    let mut packs = Vec::new();
-    let mut outputs = Vec::new();
-    for (val, i) in vals.iter().zip(idx) {
-        let (v, s) = (&val.ident, val.span);
-        let ty = val.checked.as_ref().map(|t| quote!(::<#t>));
-        // Every token of these calls carries the user's span: rustc puts a failed bound
-        // at the method's name, and dedups identical bounds at one span into one error.
-        let (add, pack) = match kind {
-            Kind::InPlace | Kind::Rooted => (quote_spanned!(s=> add), quote_spanned!(s=> pack)),
-            Kind::Gather => (
-                quote_spanned!(s=> fused().add_gather #ty),
-                quote_spanned!(s=> pack_gather #ty),
-            ),
-            Kind::Scatter => (
-                quote_spanned!(s=> fused().add_scatter),
-                quote_spanned!(s=> pack_scatter),
-            ),
-        };
-        adds.push(quote_spanned!(s=> __st.#add(&#v)));
-        packs.push(quote_spanned!(s=> __st.#pack(&#v, __slots.#i);));
-        outputs.push(match (kind, root) {
-            (Kind::InPlace, _) => quote_spanned!(s=> __st.output(&#v, __slots.#i)),
-            (Kind::Gather, _) => {
-                quote_spanned!(s=> __st.fused().output_gathered #ty(&#v, __slots.#i))
-            }
-            (Kind::Scatter, _) => {
-                quote_spanned!(s=> __st.fused().output_scattered(&#v, __slots.#i))
-            }
-            (Kind::Rooted, Some(r)) => {
-                let rank = r.rank;
-                quote_spanned!(s=> __st.fused().output_rooted(&#v, __slots.#i, #rank))
-            }
-            (Kind::Rooted, None) => {
-                quote!(::core::compile_error!(
-                    "actorgraph: a rooted collective without a root"
-                ))
-            }
-        });
-    }
-    quote! {
-        let (#(#outs,)*) = {
-            let mut __st = __ctx.stage(#stage, &[#(#labels),*]);
-            let __slots = (#(#adds,)*);
-            __st.prepare();
-            #(#packs)*
-            __st.run(#collective)?;
-            (#(#outputs,)*)
-        };
-    }
-}
-
-/// The runtime's description of a collective: the reduce op as written (or `Sum` at the
-/// collective's span) and the root as written.
-pub(super) fn collective_expr(
-    spec: &CollectiveSpec,
-    op: Option<&OpName>,
-    root: Option<&Root>,
-    span: Span,
-) -> TokenStream {
-    let rt = rt();
-    let op = {
-        let op = op.map_or_else(|| Ident::new("Sum", span), |o| Ident::new(o.name, o.span));
-        quote!(#rt::ReduceOp::#op)
-    };
-    let root = root.map(|r| {
-        let lit = proc_macro2::Literal::usize_unsuffixed(r.rank);
-        let mut lit = lit;
-        lit.set_span(r.span);
-        quote!(#lit)
-    });
-    match (spec.name, root) {
-        ("allreduce", _) => quote!(#rt::Collective::AllReduce(#op)),
-        ("allgather", _) => quote!(#rt::Collective::AllGather),
-        ("reducescatter", _) => quote!(#rt::Collective::ReduceScatter(#op)),
-        ("broadcast", Some(root)) => quote!(#rt::Collective::Broadcast { root: #root }),
-        ("reduce", Some(root)) => quote!(#rt::Collective::Reduce { op: #op, root: #root }),
-        (other, _) => {
-            let msg = format!("actorgraph: collective `{other}` has no code generation");
-            quote!(::core::compile_error!(#msg))
-        }
-    }
-}
-
-/// What a graph with errors expands to: its struct with every item of the real one, with
-/// signatures that accept whatever the caller does (an output type it infers, the actor
-/// types as declared), so that the only errors shown are the graph's own.
-pub(crate) fn fallback(def: &GraphDef) -> TokenStream {
-    let rt = rt();
-    let (attrs, vis, name) = (&def.attrs, &def.vis, &def.name);
-    let groups: Vec<(&Ident, Option<&syn::Type>, Option<&syn::Expr>)> = def
-        .params
-        .iter()
-        .filter_map(|p| {
-            let (actor, size) = p.group.as_ref()?;
-            let actor = matches!(actor, syn::Type::Path(_)).then_some(actor);
-            Some((&p.name, actor, size.as_ref()))
-        })
-        .collect();
-    let params = |ready| -> Vec<TokenStream> {
-        groups
-            .iter()
-            .map(|&(n, a, size)| launch_param(n, a, size, ready))
-            .collect()
-    };
-    let (group_params, actors_params) = (params(true), params(false));
-    let inputs: Vec<TokenStream> = def
-        .params
-        .iter()
-        .filter(|p| p.group.is_none())
-        .map(|p| {
-            let (n, ty) = (&p.name, &p.ty);
-            quote!(#n: #ty)
-        })
-        .collect();
-    let group_names = groups.iter().map(|(n, ..)| n.to_string());
-    // Teardown's types are known from the groups alone, so code that uses them infers.
-    let actor_ty = |a: Option<&syn::Type>| match a {
-        Some(a) => quote!(#a),
-        None => quote!(_),
-    };
-    let vecs: Vec<TokenStream> = groups
-        .iter()
-        .map(|&(_, a, _)| {
-            let a = actor_ty(a);
-            quote!(#rt::Vec<#a>)
-        })
-        .collect();
-    let eaches: Vec<TokenStream> = groups
-        .iter()
-        .map(|&(_, a, _)| {
-            let a = actor_ty(a);
-            quote!(#rt::Vec<#rt::Result<#a, #rt::Error>>)
-        })
-        .collect();
-    let all_known = groups.iter().all(|(_, a, _)| a.is_some());
-    let (torn, each) = match (vecs.len(), all_known) {
-        (1, true) => (vecs[0].clone(), eaches[0].clone()),
-        (_, true) => (quote!((#(#vecs),*)), quote!((#(#eaches),*))),
-        // `_` cannot be a return type: an unknown actor type leaves the caller to say.
-        (_, false) => (quote!(__T), quote!(__T)),
-    };
-    let generic = (!all_known).then(|| quote!(<__T>));
-    let out = quote!(#rt::Result<#rt::Vec<__O>, #rt::Error>);
-    quote! {
-        #(#attrs)*
-        #vis struct #name {
-            __graph_has_errors: (),
-        }
-
-        #[allow(unused_variables, clippy::all)]
-        impl #name {
-            /// The actor groups of this graph, in declaration order.
-            pub const GROUPS: &'static [&'static ::core::primitive::str] = &[#(#group_names),*];
-            /// Not available: the graph has errors.
-            pub fn launch<__B>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn launch_with<__B>(#(#group_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn launch_actors<__B>(#(#actors_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn execute<__O>(&mut self, #(#inputs),*) -> #out {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn execute_timeout<__O>(&mut self, #(#inputs,)* timeout: #rt::Duration) -> #out {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn execute_async<__O: 'static>(&mut self, #(#inputs),*) -> impl ::core::future::Future<Output = #out> + '_ {
-                ::core::future::pending()
-            }
-            /// Not available: the graph has errors.
-            pub fn submit(&mut self, #(#inputs),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn wait<__O>(&mut self, ticket: #rt::Ticket) -> #out {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn wait_async<__O: 'static>(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #out> + '_ {
-                ::core::future::pending()
-            }
-            /// Not available: the graph has errors.
-            pub fn in_flight(&self) -> ::core::primitive::usize {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn teardown #generic (self) -> #rt::Result<#torn, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn teardown_each #generic (self) -> #each {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn to_dot() -> #rt::String {
-                ::core::unreachable!()
-            }
-        }
-    }
+    quote!(|#pat| ::core::iter::Iterator::collect(::core::iter::Iterator::map(#iter, |#parts_pat| (#(#all,)*))))
 }

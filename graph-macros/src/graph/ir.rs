@@ -67,7 +67,6 @@ pub(crate) struct InputDecl {
     pub(crate) ty: syn::Type,
     /// `ty`, checked to be a valid input (`Clone + Send + 'static`): what the actors get.
     pub(crate) checked: TokenStream,
-    pub(crate) value: ValueId,
 }
 
 /// Where an op runs, and so where the values it makes live: always on the actors of a

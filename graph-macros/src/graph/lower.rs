@@ -189,7 +189,6 @@ impl Lowerer<'_> {
                         name: p.name.clone(),
                         ty: ty.clone(),
                         checked: checked_type(self.graph, &self.privacy, k),
-                        value: v,
                     });
                     self.declare(&p.name, Binding::Value(v));
                 }

@@ -7,11 +7,15 @@
 
 mod codegen;
 mod dot;
+mod fallback;
 mod ir;
 mod lower;
 mod ops;
 mod parse;
+mod plan;
+mod respan;
 mod schedule;
+mod stage;
 mod step;
 #[cfg(test)]
 mod tests;
@@ -36,7 +40,7 @@ pub(crate) fn expand(input: TokenStream) -> TokenStream {
                 Some(graph) if diag.is_empty() => codegen::expand(&graph),
                 _ => {
                     let errors = diag.to_tokens();
-                    let fallback = codegen::fallback(def);
+                    let fallback = fallback::expand(def);
                     quote!(#errors #fallback)
                 }
             }

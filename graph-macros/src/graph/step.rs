@@ -12,12 +12,13 @@ use std::collections::HashMap;
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
-use super::codegen::{
-    at_user, collective_expr, edge_type, respan, rt, stage_code, GroupPlan, StageValue,
-};
 use super::ir::{Graph, OpKind, Place, ValueId};
+use super::plan::{edge_type, GroupPlan};
+use super::respan::{at_user, respan};
 use super::schedule::{Item, Route, Schedule};
+use super::stage::{collective_expr, stage_code, StageValue};
 use super::types::checked_type;
+use crate::rt;
 
 /// A local of the generated step.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,7 +41,7 @@ pub(crate) fn name(g: &Graph, group: usize) -> Ident {
 /// The type of the graph's edges as the steps see them: a tuple of `Arc<Edge<T>>`, by
 /// edge index.
 pub(crate) fn links_type(g: &Graph, sched: &Schedule) -> TokenStream {
-    let rt = rt();
+    let rt = rt::path();
     let tys = (0..sched.edges.len()).map(|e| edge_type(g, e));
     quote!((#(#rt::Arc<#rt::Edge<#tys>>,)*))
 }
@@ -58,7 +59,7 @@ struct Gen<'a> {
 /// The step function of group `p.index` and its schedule of synchronizations (the
 /// `&[SyncPoint]` the runtime's failure path follows).
 pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStream, TokenStream) {
-    let rt = rt();
+    let rt = rt::path();
     let mut gen = Gen {
         g,
         sched,
@@ -180,7 +181,7 @@ impl Gen<'_> {
     /// Takes `l` to send it to other actors: moved at its last use, else cloned, with the
     /// error of a type without `Clone` at the user's argument `at`.
     fn own_sent(&mut self, l: Local, at: Span) -> TokenStream {
-        let rt = rt();
+        let rt = rt::path();
         let id = at_user(&self.borrow(l), at);
         if self.uses.get(&l).copied().unwrap_or(0) == 0 {
             quote!(#id)
@@ -192,7 +193,7 @@ impl Gen<'_> {
     /// Takes the value of a single-actor local on its actor: moved at its last use, else
     /// cloned. The clone needs `T: Clone`, and says so at the user's argument `at`.
     fn own_held(&mut self, l: Local, at: Span) -> TokenStream {
-        let rt = rt();
+        let rt = rt::path();
         let id = at_user(&self.borrow(l), at);
         if self.uses.get(&l).copied().unwrap_or(0) == 0 {
             quote!(__ctx.take_held(#id)?)
@@ -224,7 +225,7 @@ impl Gen<'_> {
     }
 
     fn op(&mut self, i: usize) -> TokenStream {
-        let rt = rt();
+        let rt = rt::path();
         let g = self.g;
         let op = &g.ops[i];
         let outs: Vec<&Ident> = op.outs.iter().map(|&o| &g.values[o].ident).collect();
@@ -383,7 +384,7 @@ impl Gen<'_> {
 
     /// Sends a value on edge `e` right after it exists (this group produces it).
     fn send(&mut self, e: usize) -> TokenStream {
-        let rt = rt();
+        let rt = rt::path();
         let edge = &self.sched.edges[e];
         let at = self.sync_point(quote!(#rt::SyncPoint::Send(#e)));
         let idx = syn::Index::from(e);
@@ -423,7 +424,7 @@ impl Gen<'_> {
 
     /// Receives a value from edge `e` right before its first use (this group reads it).
     fn recv(&mut self, e: usize) -> TokenStream {
-        let rt = rt();
+        let rt = rt::path();
         let edge = &self.sched.edges[e];
         let at = self.sync_point(quote!(#rt::SyncPoint::Recv(#e)));
         let idx = syn::Index::from(e);

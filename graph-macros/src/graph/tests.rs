@@ -102,7 +102,7 @@ fn a_pipeline_lowers_to_values_ops_and_groups() {
 
         let x = value(g, "x");
         assert_eq!(g.inputs.len(), 1);
-        assert_eq!(g.inputs[0].value, x);
+        assert_eq!(g.inputs[0].name, "x");
         assert_eq!(g.values[x].origin, Origin::Input(0));
         assert_eq!(g.values[x].place(), None);
 

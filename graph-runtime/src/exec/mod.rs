@@ -1,5 +1,7 @@
 //! Actor threads: one owner of the threads per group, driver <-> actor slots, launch and
-//! teardown; and the edges that carry values between actors ([`edge`]).
+//! teardown; the edges that carry values between actors ([`edge`]); and the one generic
+//! [`Driver`] of a launched graph, which owns its groups and runs its executions
+//! ([`driver`]: generated graphs forward to it).
 //!
 //! Several executions may be in flight (up to the graph's `max_in_flight`, kept by the
 //! driver's [`Pipeline`]): each actor has an input and an output queue of that capacity,
@@ -13,12 +15,14 @@
 
 mod actors;
 mod ctx;
+mod driver;
 pub(crate) mod edge;
 mod pipeline;
 mod wake;
 
 pub use actors::Actors;
 pub use ctx::{Stage, StepCtx, SyncPoint};
+pub use driver::{Driver, Groups, Teardown};
 pub use edge::{Edge, EdgeValue, Links, Route};
 pub use pipeline::{LaunchOptions, Pipeline, Ticket};
 
@@ -164,21 +168,23 @@ where
     /// its communicator endpoint and its fused stages. Each thread attaches its
     /// communicator, then makes its actor; the group runs only if every rank did both.
     /// `schedule` lists the group's stages and edge operations in step order; `links` holds
-    /// every edge of the graph. `depth` is the most executions the driver keeps in flight:
-    /// the capacity of each actor's input and output queue (the driver keeps to it; see
-    /// [`Pipeline`]).
+    /// every edge of the graph, and `edges` the ones the steps use, typed, which each
+    /// thread gets a clone of and hands to every `step`. `options` bound the executions the
+    /// driver keeps in flight: the capacity of each actor's input and output queue (the
+    /// driver keeps to it; see [`Pipeline`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn launch<B: Backend>(
+    pub fn launch<B: Backend, E: Clone + Send + 'static>(
         name: &'static str,
-        depth: usize,
+        options: &LaunchOptions,
         actors: Actors<A>,
         backend: &B,
         stage_names: &'static [&'static str],
         schedule: &'static [SyncPoint],
         links: &Links,
-        // A plain `Fn` bound (not `StepFn`), so that rustc infers the closure's signature.
-        step: impl Fn(&mut A, &mut StepCtx<B::Comm>, &I) -> Result<O, Error> + Clone + Send + 'static,
+        edges: &E,
+        step: impl Fn(&mut A, &mut StepCtx<B::Comm>, &I, &E) -> Result<O, Error> + Copy + Send + 'static,
     ) -> Result<Self, Error> {
+        let depth = options.in_flight_bound();
         if actors.is_empty() {
             return Err(Error::EmptyGroup { group: name });
         }
@@ -220,7 +226,7 @@ where
         let (attached_tx, attached) = std::sync::mpsc::sync_channel(size);
         for (rank, (make, mut comm)) in actors.into_makers().into_iter().zip(comms).enumerate() {
             let shared = Arc::clone(&group.shared);
-            let (links, step) = (links.clone(), step.clone());
+            let (links, edges) = (links.clone(), edges.clone());
             let attached_tx = attached_tx.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("actorgraph-{name}-{rank}"))
@@ -250,6 +256,8 @@ where
                     };
                     let activity = Arc::clone(&shared.activity);
                     let ctx = StepCtx::new(name, comm, stage_names, schedule, links, activity);
+                    let step =
+                        move |a: &mut A, c: &mut StepCtx<B::Comm>, i: &I| step(a, c, i, &edges);
                     let returned = actor_loop(actor, ctx, &step, &shared, rank);
                     drop(guard);
                     returned

@@ -108,11 +108,6 @@ impl<T> Pipeline<T> {
         }
     }
 
-    /// The bound set at launch.
-    pub fn max_in_flight(&self) -> usize {
-        self.max
-    }
-
     /// Executions submitted whose results are neither read nor discarded: still running,
     /// or collected and waiting for their tickets.
     pub fn in_flight(&self) -> usize {

@@ -1,0 +1,136 @@
+//! What a graph with errors expands to (as thiserror's `fallback.rs` does): the graph's
+//! struct with every public item of the real one, so that code using the graph type-checks
+//! and the user sees only the graph's own errors, not a wall of secondary ones.
+
+use proc_macro2::{Ident, TokenStream};
+use quote::quote;
+
+use super::codegen::launch_param;
+use super::parse::GraphDef;
+use crate::rt;
+
+/// What a graph with errors expands to: its struct with every item of the real one, with
+/// signatures that accept whatever the caller does (an output type it infers, the actor
+/// types as declared), so that the only errors shown are the graph's own.
+pub(crate) fn expand(def: &GraphDef) -> TokenStream {
+    let rt = rt::path();
+    let (attrs, vis, name) = (&def.attrs, &def.vis, &def.name);
+    let groups: Vec<(&Ident, Option<&syn::Type>, Option<&syn::Expr>)> = def
+        .params
+        .iter()
+        .filter_map(|p| {
+            let (actor, size) = p.group.as_ref()?;
+            let actor = matches!(actor, syn::Type::Path(_)).then_some(actor);
+            Some((&p.name, actor, size.as_ref()))
+        })
+        .collect();
+    let params = |ready| -> Vec<TokenStream> {
+        groups
+            .iter()
+            .map(|&(n, a, size)| launch_param(n, a, size, ready))
+            .collect()
+    };
+    let (group_params, actors_params) = (params(true), params(false));
+    let inputs: Vec<TokenStream> = def
+        .params
+        .iter()
+        .filter(|p| p.group.is_none())
+        .map(|p| {
+            let (n, ty) = (&p.name, &p.ty);
+            quote!(#n: #ty)
+        })
+        .collect();
+    let group_names = groups.iter().map(|(n, ..)| n.to_string());
+    // Teardown's types are known from the groups alone, so code that uses them infers.
+    let actor_ty = |a: Option<&syn::Type>| match a {
+        Some(a) => quote!(#a),
+        None => quote!(_),
+    };
+    let vecs: Vec<TokenStream> = groups
+        .iter()
+        .map(|&(_, a, _)| {
+            let a = actor_ty(a);
+            quote!(#rt::Vec<#a>)
+        })
+        .collect();
+    let eaches: Vec<TokenStream> = groups
+        .iter()
+        .map(|&(_, a, _)| {
+            let a = actor_ty(a);
+            quote!(#rt::Vec<#rt::Result<#a, #rt::Error>>)
+        })
+        .collect();
+    let all_known = groups.iter().all(|(_, a, _)| a.is_some());
+    let (torn, each) = match (vecs.len(), all_known) {
+        (1, true) => (vecs[0].clone(), eaches[0].clone()),
+        (_, true) => (quote!((#(#vecs),*)), quote!((#(#eaches),*))),
+        // `_` cannot be a return type: an unknown actor type leaves the caller to say.
+        (_, false) => (quote!(__T), quote!(__T)),
+    };
+    let generic = (!all_known).then(|| quote!(<__T>));
+    let out = quote!(#rt::Result<#rt::Vec<__O>, #rt::Error>);
+    quote! {
+        #(#attrs)*
+        #vis struct #name {
+            __graph_has_errors: (),
+        }
+
+        #[allow(unused_variables, clippy::all)]
+        impl #name {
+            /// The actor groups of this graph, in declaration order.
+            pub const GROUPS: &'static [&'static ::core::primitive::str] = &[#(#group_names),*];
+            /// Not available: the graph has errors.
+            pub fn launch<__B>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn launch_with<__B>(#(#group_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn launch_actors<__B>(#(#actors_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn execute<__O>(&mut self, #(#inputs),*) -> #out {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn execute_timeout<__O>(&mut self, #(#inputs,)* timeout: #rt::Duration) -> #out {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn execute_async<__O: 'static>(&mut self, #(#inputs),*) -> impl ::core::future::Future<Output = #out> + '_ {
+                ::core::future::pending()
+            }
+            /// Not available: the graph has errors.
+            pub fn submit(&mut self, #(#inputs),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn wait<__O>(&mut self, ticket: #rt::Ticket) -> #out {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn wait_async<__O: 'static>(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #out> + '_ {
+                ::core::future::pending()
+            }
+            /// Not available: the graph has errors.
+            pub fn in_flight(&self) -> ::core::primitive::usize {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn teardown #generic (self) -> #rt::Result<#torn, #rt::Error> {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn teardown_each #generic (self) -> #each {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn to_dot() -> #rt::String {
+                ::core::unreachable!()
+            }
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! What each group of a graph runs and returns, and the types of the values that leave
+//! an actor (the graph's output, edge values): shared by the graph's code (`codegen`) and
+//! its steps (`step`).
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use super::ir::{Graph, OpKind, Origin, Place};
+use super::types::checked_type;
+
+/// What one group runs and returns.
+pub(crate) struct GroupPlan {
+    pub(crate) index: usize,
+    /// Graph inputs this group reads, by input index.
+    pub(crate) inputs: Vec<usize>,
+    /// Positions in the graph output that this group produces.
+    pub(crate) out_parts: Vec<usize>,
+    pub(crate) out_ty: TokenStream,
+}
+
+impl GroupPlan {
+    pub(crate) fn new(g: &Graph, index: usize) -> Self {
+        let mut inputs = Vec::new();
+        for op in g.ops.iter().filter(|op| op.group() == index) {
+            let reads: &[_] = match &op.kind {
+                OpKind::Call { args, .. } => args,
+                OpKind::Tuple { parts } => parts,
+                _ => &[],
+            };
+            for &a in reads {
+                if let Origin::Input(i) = g.values[a].origin {
+                    if !inputs.contains(&i) {
+                        inputs.push(i);
+                    }
+                }
+            }
+        }
+        inputs.sort_unstable();
+        let out_parts: Vec<usize> = g
+            .output
+            .parts
+            .iter()
+            .enumerate()
+            .filter(|(_, &v)| g.values[v].place().map(Place::group) == Some(index))
+            .map(|(k, _)| k)
+            .collect();
+        let tys = out_parts.iter().map(|&k| part_type(g, k));
+        let out_ty = if out_parts.is_empty() {
+            quote!(())
+        } else if g.output.tuple {
+            quote!((#(#tys,)*))
+        } else {
+            quote!(#(#tys)*)
+        };
+        GroupPlan {
+            index,
+            inputs,
+            out_parts,
+            out_ty,
+        }
+    }
+}
+
+/// The type of one output part on one rank: a value of one actor is `Some` on that rank
+/// only.
+pub(crate) fn part_type(g: &Graph, k: usize) -> TokenStream {
+    let v = &g.values[g.output.parts[k]];
+    let ty = &g.output.tys[k];
+    match v.place() {
+        Some(Place::Actor(..)) => quote!(::core::option::Option<#ty>),
+        _ => quote!(#ty),
+    }
+}
+
+/// The type of one rank's output.
+pub(crate) fn output_type(g: &Graph) -> TokenStream {
+    let tys = (0..g.output.parts.len()).map(|k| part_type(g, k));
+    if g.output.tuple {
+        quote!((#(#tys,)*))
+    } else {
+        quote!(#(#tys)*)
+    }
+}
+
+/// The type of the values on edge `e`: checked `Send` (see `value_checks`).
+pub(crate) fn edge_type(g: &Graph, e: usize) -> TokenStream {
+    checked_type(&g.def.name, &g.privacy, g.checks.len() + e)
+}

@@ -1,0 +1,117 @@
+//! One fused stage of a step, as code: lay the values out, pack them, run the collective,
+//! take the results. Only the step (`step.rs`) emits stages.
+
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{quote, quote_spanned};
+
+use super::ops::{CollectiveSpec, Kind, OpName, Root};
+use crate::rt;
+
+/// A value that goes through a fused stage.
+pub(crate) struct StageValue {
+    pub(crate) ident: Ident,
+    /// The user's argument.
+    pub(crate) span: Span,
+    /// For an `allgather`, the value's type once checked (see `value_checks`).
+    pub(crate) checked: Option<TokenStream>,
+}
+
+/// One fused stage of a step: lay the values out, pack them, run the collective, and take
+/// the results. Every call that names a value is spanned at the user's argument and bound
+/// by the one trait this kind of collective needs, so that a value of a type that cannot go
+/// through it gets exactly one error, there. An `allgather` names the value's checked type,
+/// which is an error (and silent) when the check failed. `stage`: its index and its
+/// values' names, for the runtime's errors.
+pub(crate) fn stage_code(
+    kind: Kind,
+    stage: (usize, &[&str]),
+    outs: &[&Ident],
+    vals: &[StageValue],
+    collective: &TokenStream,
+    root: Option<&Root>,
+) -> TokenStream {
+    let (stage, labels) = stage;
+    let idx = (0..vals.len()).map(syn::Index::from);
+    let mut adds = Vec::new();
+    let mut packs = Vec::new();
+    let mut outputs = Vec::new();
+    for (val, i) in vals.iter().zip(idx) {
+        let (v, s) = (&val.ident, val.span);
+        let ty = val.checked.as_ref().map(|t| quote!(::<#t>));
+        // Every token of these calls carries the user's span: rustc puts a failed bound
+        // at the method's name, and dedups identical bounds at one span into one error.
+        let (add, pack) = match kind {
+            Kind::InPlace | Kind::Rooted => (quote_spanned!(s=> add), quote_spanned!(s=> pack)),
+            Kind::Gather => (
+                quote_spanned!(s=> fused().add_gather #ty),
+                quote_spanned!(s=> pack_gather #ty),
+            ),
+            Kind::Scatter => (
+                quote_spanned!(s=> fused().add_scatter),
+                quote_spanned!(s=> pack_scatter),
+            ),
+        };
+        adds.push(quote_spanned!(s=> __st.#add(&#v)));
+        packs.push(quote_spanned!(s=> __st.#pack(&#v, __slots.#i);));
+        outputs.push(match (kind, root) {
+            (Kind::InPlace, _) => quote_spanned!(s=> __st.output(&#v, __slots.#i)),
+            (Kind::Gather, _) => {
+                quote_spanned!(s=> __st.fused().output_gathered #ty(&#v, __slots.#i))
+            }
+            (Kind::Scatter, _) => {
+                quote_spanned!(s=> __st.fused().output_scattered(&#v, __slots.#i))
+            }
+            (Kind::Rooted, Some(r)) => {
+                let rank = r.rank;
+                quote_spanned!(s=> __st.fused().output_rooted(&#v, __slots.#i, #rank))
+            }
+            (Kind::Rooted, None) => {
+                quote!(::core::compile_error!(
+                    "actorgraph: a rooted collective without a root"
+                ))
+            }
+        });
+    }
+    quote! {
+        let (#(#outs,)*) = {
+            let mut __st = __ctx.stage(#stage, &[#(#labels),*]);
+            let __slots = (#(#adds,)*);
+            __st.prepare();
+            #(#packs)*
+            __st.run(#collective)?;
+            (#(#outputs,)*)
+        };
+    }
+}
+
+/// The runtime's description of a collective: the reduce op as written (or `Sum` at the
+/// collective's span) and the root as written.
+pub(crate) fn collective_expr(
+    spec: &CollectiveSpec,
+    op: Option<&OpName>,
+    root: Option<&Root>,
+    span: Span,
+) -> TokenStream {
+    let rt = rt::path();
+    let op = {
+        let op = op.map_or_else(|| Ident::new("Sum", span), |o| Ident::new(o.name, o.span));
+        quote!(#rt::ReduceOp::#op)
+    };
+    let root = root.map(|r| {
+        let lit = proc_macro2::Literal::usize_unsuffixed(r.rank);
+        let mut lit = lit;
+        lit.set_span(r.span);
+        quote!(#lit)
+    });
+    match (spec.name, root) {
+        ("allreduce", _) => quote!(#rt::Collective::AllReduce(#op)),
+        ("allgather", _) => quote!(#rt::Collective::AllGather),
+        ("reducescatter", _) => quote!(#rt::Collective::ReduceScatter(#op)),
+        ("broadcast", Some(root)) => quote!(#rt::Collective::Broadcast { root: #root }),
+        ("reduce", Some(root)) => quote!(#rt::Collective::Reduce { op: #op, root: #root }),
+        (other, _) => {
+            let msg = format!("actorgraph: collective `{other}` has no code generation");
+            quote!(::core::compile_error!(#msg))
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! The driver of a launched graph: one generic owner of its groups and of its executions in
+//! flight, behind every generated graph's `execute`, `submit`, `wait`, their async and
+//! timed variants, `in_flight` and teardown. A generated graph keeps only what is its own
+//! (its types, its steps, how its inputs reach its groups and how its groups' outputs make
+//! its output) and forwards its methods here, so that this code is compiled and reviewed
+//! once, not emitted for every graph.
+//!
+//! A graph's groups are a list, `(Group<A1, I1, O1>, (Group<A2, I2, O2>, ()))`, so that one
+//! implementation of [`Groups`] serves any number of groups.
+
+use std::future::poll_fn;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use super::{Deadline, Group, LaunchOptions, Pipeline, Ticket};
+use crate::Error;
+
+/// The actor groups of a graph as a list (see the module docs), in declaration order: what
+/// the driver does to every group.
+pub trait Groups {
+    /// Each group's input, as a list like the groups.
+    type Inputs;
+    /// Each group's outputs by rank, as a list like the groups.
+    type Outputs;
+
+    /// An error if a group cannot run (the first one's, in declaration order).
+    fn ready(&self) -> Result<(), Error>;
+    /// Breaks every group for good (see [`Group::mark_broken`]).
+    fn mark_broken(&mut self, reason: &str);
+    /// Queues each group's input and starts its actors (see [`Group::submit`]).
+    fn submit(&mut self, inputs: Self::Inputs);
+    /// Collects the oldest execution in flight from every group, even after one failed, so
+    /// that all stay at the same execution; each failure is pushed to `errors`, in group
+    /// order, and then `None` is returned.
+    fn collect(
+        &mut self,
+        deadline: Option<Deadline>,
+        errors: &mut Vec<Error>,
+    ) -> Option<Self::Outputs>;
+    /// Registers an async execution's waker with every group.
+    fn register_waker(&self, waker: &Waker);
+    /// Whether every group has finished the oldest execution not yet collected.
+    fn is_done(&self) -> bool;
+}
+
+impl Groups for () {
+    type Inputs = ();
+    type Outputs = ();
+
+    fn ready(&self) -> Result<(), Error> {
+        Ok(())
+    }
+    fn mark_broken(&mut self, _: &str) {}
+    fn submit(&mut self, (): ()) {}
+    fn collect(&mut self, _: Option<Deadline>, _: &mut Vec<Error>) -> Option<()> {
+        Some(())
+    }
+    fn register_waker(&self, _: &Waker) {}
+    fn is_done(&self) -> bool {
+        true
+    }
+}
+
+impl<A, I, O, R> Groups for (Group<A, I, O>, R)
+where
+    A: 'static,
+    I: Clone + Send + 'static,
+    O: Send + 'static,
+    R: Groups,
+{
+    type Inputs = (I, R::Inputs);
+    type Outputs = (Vec<O>, R::Outputs);
+
+    fn ready(&self) -> Result<(), Error> {
+        self.0.ready()?;
+        self.1.ready()
+    }
+
+    fn mark_broken(&mut self, reason: &str) {
+        self.0.mark_broken(reason);
+        self.1.mark_broken(reason);
+    }
+
+    fn submit(&mut self, (input, rest): Self::Inputs) {
+        self.0.submit(input);
+        self.1.submit(rest);
+    }
+
+    fn collect(
+        &mut self,
+        deadline: Option<Deadline>,
+        errors: &mut Vec<Error>,
+    ) -> Option<Self::Outputs> {
+        let head = self.0.collect(deadline).map_err(|e| errors.push(e)).ok();
+        let rest = self.1.collect(deadline, errors);
+        Some((head?, rest?))
+    }
+
+    fn register_waker(&self, waker: &Waker) {
+        self.0.register_waker(waker);
+        self.1.register_waker(waker);
+    }
+
+    fn is_done(&self) -> bool {
+        self.0.is_done() && self.1.is_done()
+    }
+}
+
+/// Handing the actors back, for groups whose actors are `Send`: each group's actors by
+/// rank, as a list like the groups.
+pub trait Teardown: Groups {
+    /// What [`Teardown::teardown`] returns.
+    type Actors;
+    /// What [`Teardown::teardown_each`] returns.
+    type Each;
+
+    /// Stops every group in declaration order and hands its actors back; the first
+    /// group's error if any actor is not intact (see [`Group::teardown`]).
+    fn teardown(self) -> Result<Self::Actors, Error>;
+    /// Stops every group in declaration order and hands back each actor that is intact,
+    /// and why not for each other (see [`Group::teardown_each`]).
+    fn teardown_each(self) -> Self::Each;
+}
+
+impl Teardown for () {
+    type Actors = ();
+    type Each = ();
+
+    fn teardown(self) -> Result<(), Error> {
+        Ok(())
+    }
+    fn teardown_each(self) {}
+}
+
+impl<A, I, O, R> Teardown for (Group<A, I, O>, R)
+where
+    A: Send + 'static,
+    I: Clone + Send + 'static,
+    O: Send + 'static,
+    R: Teardown,
+{
+    type Actors = (Vec<A>, R::Actors);
+    type Each = (Vec<Result<A, Error>>, R::Each);
+
+    fn teardown(self) -> Result<Self::Actors, Error> {
+        // Every group stops, even after one failed.
+        let head = self.0.teardown();
+        let rest = self.1.teardown();
+        Ok((head?, rest?))
+    }
+
+    fn teardown_each(self) -> Self::Each {
+        let head = self.0.teardown_each();
+        (head, self.1.teardown_each())
+    }
+}
+
+/// A launched graph's driver: its groups `G`, the executions in flight, and the graph's
+/// own two conversions: its inputs `In` into each group's (`split`, which clones an input
+/// that several groups read), and its groups' outputs into its output by rank, of `Out`
+/// per rank (`assemble`).
+pub struct Driver<G: Groups, In, Out> {
+    groups: G,
+    /// Set while inputs are handed out: still set at the next submission only if the last
+    /// one unwound in between (some actors may have got it and others not), which breaks
+    /// the graph.
+    executing: bool,
+    /// The executions in flight, their tickets and the results collected ahead.
+    pipeline: Pipeline<Vec<Out>>,
+    split: fn(In) -> G::Inputs,
+    assemble: fn(G::Outputs) -> Vec<Out>,
+}
+
+impl<G: Groups, In, Out> Driver<G, In, Out> {
+    /// The driver of `groups`, just launched with `options`.
+    pub fn new(
+        groups: G,
+        options: LaunchOptions,
+        split: fn(In) -> G::Inputs,
+        assemble: fn(G::Outputs) -> Vec<Out>,
+    ) -> Self {
+        Self {
+            groups,
+            executing: false,
+            pipeline: Pipeline::new(options),
+            split,
+            assemble,
+        }
+    }
+
+    /// Runs one execution and returns its output by rank; with a `timeout`, ranks still
+    /// running when it passes make it [`Error::Timeout`] (and break the graph).
+    pub fn execute(&mut self, inputs: In, timeout: Option<Duration>) -> Result<Vec<Out>, Error> {
+        let deadline = timeout.map(Deadline::after);
+        let ticket = self.submit_by(inputs, deadline)?;
+        self.wait_by(ticket, deadline)
+    }
+
+    /// Submits one execution and returns its ticket; [`Error::InFlightFull`] if there is
+    /// no room for it.
+    pub fn submit(&mut self, inputs: In) -> Result<Ticket, Error> {
+        self.submit_by(inputs, None)
+    }
+
+    /// The output (or error) of the execution of `ticket`, collecting the ones submitted
+    /// before it first; [`Error::ForeignTicket`] if another graph issued it.
+    pub fn wait(&mut self, ticket: Ticket) -> Result<Vec<Out>, Error> {
+        self.wait_by(ticket, None)
+    }
+
+    /// [`Driver::execute`] as a future that submits on its first poll and waits without
+    /// blocking its thread: the actors wake it as they finish.
+    pub async fn execute_async(&mut self, inputs: In) -> Result<Vec<Out>, Error> {
+        while self.pipeline.must_drain() {
+            poll_fn(|cx| self.poll_done(cx)).await;
+            self.finish_oldest(None);
+        }
+        self.pipeline.room()?;
+        self.begin(inputs)?;
+        let ticket = self.pipeline.issue();
+        self.wait_async(ticket).await
+    }
+
+    /// [`Driver::wait`] as a future that waits without blocking its thread.
+    pub async fn wait_async(&mut self, ticket: Ticket) -> Result<Vec<Out>, Error> {
+        self.pipeline.check(&ticket)?;
+        while self.pipeline.needs_collect(&ticket) {
+            poll_fn(|cx| self.poll_done(cx)).await;
+            self.finish_oldest(None);
+        }
+        self.pipeline.take(ticket)
+    }
+
+    /// The executions submitted whose results are neither read nor discarded yet.
+    pub fn in_flight(&self) -> usize {
+        self.pipeline.in_flight()
+    }
+
+    /// Hands the actors back (see [`Teardown`]).
+    pub fn teardown(self) -> Result<G::Actors, Error>
+    where
+        G: Teardown,
+    {
+        self.groups.teardown()
+    }
+
+    /// Hands back each actor that is intact, and why not for each other (see
+    /// [`Teardown`]).
+    pub fn teardown_each(self) -> G::Each
+    where
+        G: Teardown,
+    {
+        self.groups.teardown_each()
+    }
+
+    fn submit_by(&mut self, inputs: In, deadline: Option<Deadline>) -> Result<Ticket, Error> {
+        while self.pipeline.must_drain() {
+            self.finish_oldest(deadline);
+        }
+        self.pipeline.room()?;
+        self.begin(inputs)?;
+        Ok(self.pipeline.issue())
+    }
+
+    fn wait_by(&mut self, ticket: Ticket, deadline: Option<Deadline>) -> Result<Vec<Out>, Error> {
+        self.pipeline.check(&ticket)?;
+        while self.pipeline.needs_collect(&ticket) {
+            self.finish_oldest(deadline);
+        }
+        self.pipeline.take(ticket)
+    }
+
+    /// Hands the inputs to every actor of every group, behind the executions in flight.
+    fn begin(&mut self, inputs: In) -> Result<(), Error> {
+        if self.executing {
+            self.groups.mark_broken(
+                "an earlier `execute` panicked in the driver (an input's `Clone`?) before every actor had its input",
+            );
+        }
+        self.groups.ready()?;
+        self.executing = true;
+        let inputs = (self.split)(inputs);
+        self.groups.submit(inputs);
+        self.executing = false;
+        Ok(())
+    }
+
+    /// Collects the oldest execution in flight from every group (waiting for it, up to
+    /// `deadline`) and hands its output, or its root-cause error, to the pipeline.
+    fn finish_oldest(&mut self, deadline: Option<Deadline>) {
+        let result = self.finish(deadline);
+        self.pipeline.push_collected(result);
+    }
+
+    fn finish(&mut self, deadline: Option<Deadline>) -> Result<Vec<Out>, Error> {
+        self.groups.ready()?;
+        let mut errors = Vec::new();
+        match self.groups.collect(deadline, &mut errors) {
+            Some(outputs) => Ok((self.assemble)(outputs)),
+            // `collect` pushed the error of every group that failed.
+            None => Err(Error::root_cause(errors).unwrap_or_else(|| {
+                Error::Backend("internal error: an execution failed without an error".into())
+            })),
+        }
+    }
+
+    /// Ready when every actor of every group has finished the oldest execution not yet
+    /// collected, or a group is broken (collecting then reports it).
+    fn poll_done(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.groups.register_waker(cx.waker());
+        if self.groups.ready().is_err() || self.groups.is_done() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
