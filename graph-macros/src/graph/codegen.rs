@@ -10,6 +10,7 @@ use super::ir::{Check, CheckKind, Graph, OpKind, Place};
 use super::plan::{edge_type, output_type, GroupPlan};
 use super::respan::{respan, respan_ends};
 use super::schedule::{self, Route, Schedule};
+use super::types::checked_alias;
 use super::{dot, step};
 use crate::rt;
 
@@ -109,7 +110,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         .collect();
     let input_names: Vec<&Ident> = g.inputs.iter().map(|i| &i.name).collect();
     let inputs = quote!((#(#input_names,)*));
-    let result = quote!(#rt::Result<#rt::Vec<#out_ty>, #rt::Error>);
+    // Spelled once: rustdoc shows a private alias's definition in the signatures.
+    let result = format_ident!("__actorgraph_{}_Result", name);
 
     // teardown: hands actors back to this thread, so only here must they be `Send`
     let actor_vecs: Vec<TokenStream> = g
@@ -173,6 +175,9 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             __driver: #driver_ty,
         }
 
+        #[allow(non_camel_case_types)]
+        type #result = #rt::Result<#rt::Vec<#out_ty>, #rt::Error>;
+
         #(#index_asserts)*
         #(#method_calls)*
         #(#value_checks)*
@@ -182,14 +187,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             pub const GROUPS: &'static [&'static ::core::primitive::str] = &[#(#group_names),*];
 
             #[doc = #launch_doc]
-            ///
-            /// The actors are moved to their threads, so their types must be `Send +
-            /// 'static`; to make actors on their own threads instead (they then need not be
-            /// `Send`), use `launch_actors` with `Actors::each`.
-            ///
-            /// Fails if a group is empty, if groups that feed one output or whose values one
-            /// another reads differ in size, if the graph addresses an actor a group does
-            /// not have, or if the backend cannot connect the actors.
+            /// The actors move to their threads, so they must be `Send`; `launch_actors`
+            /// takes actors made on their own threads.
             pub fn launch<__B: #rt::Backend>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error>
             where
                 #(#send_bounds,)*
@@ -197,9 +196,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 Self::launch_with(#(#group_names_launch,)* backend, <#rt::LaunchOptions as ::core::default::Default>::default())
             }
 
-            /// Like `launch`, with options: `LaunchOptions::default().max_in_flight(4)` lets
-            /// up to 4 executions be submitted (`submit`) before their results are read
-            /// (`wait`); each actor gets an input and an output queue of that capacity.
+            /// Like `launch`, with options (`max_in_flight` for pipelining).
             pub fn launch_with<__B: #rt::Backend>(#(#group_params2,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error>
             where
                 #(#send_bounds,)*
@@ -207,13 +204,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 Self::launch_actors(#(<#rt::Actors<_> as ::core::convert::From<_>>::from(#group_names_launch2),)* backend, __options)
             }
 
-            /// Like `launch_with`, with each group's actors as `Actors`: ready values
-            /// (`Actors::from(vec)`), or `Actors::each(n, |rank, size| ..)`, which makes
-            /// each actor on its own thread, so that it need not be `Send` (`teardown`,
-            /// which hands actors back, then cannot be called; dropping the graph drops
-            /// them on their threads). A failing or panicking constructor fails the launch
-            /// with `Error::ActorInit`; a fixed-size group given another number of actors,
-            /// with `Error::GroupSize`.
+            /// Like `launch_with`, with each group's actors as `Actors` (ready, or made on
+            /// their own threads by `Actors::each`).
             pub fn launch_actors<__B: #rt::Backend>(#(#actors_params,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
                 #(#to_vecs)*
                 #checks
@@ -224,64 +216,37 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 #rt::Result::Ok(Self { __driver: #rt::Driver::new(#launched, __options, #split, #assemble) })
             }
 
-            /// Runs the graph once on every actor and returns the output, indexed by rank.
-            ///
-            /// If a method fails or panics on any rank, every rank skips the rest of its
-            /// collectives, every actor waiting for one of its values learns it, and this
-            /// returns that first error; the graph stays usable (an actor that panicked
-            /// stays poisoned). It counts as one execution in flight: with tickets from
-            /// `submit` outstanding and no room left, it returns `Error::InFlightFull`.
+            /// Runs the graph once on every actor and returns the output, indexed by rank;
+            /// a failure on any rank is one typed error (see `actorgraph::reference`).
             #[allow(clippy::too_many_arguments)]
             pub fn execute(&mut self, #(#input_params),*) -> #result {
                 self.__driver.execute(#inputs, ::core::option::Option::None)
             }
 
-            /// Like `execute`, but returns `Error::Timeout` naming the ranks still running
-            /// when `timeout` passes. The graph is then broken: later calls return
-            /// `Error::Broken`, and only teardown is left.
+            /// Like `execute`; after `timeout`, `Error::Timeout`, and the graph is broken.
             #[allow(clippy::too_many_arguments)]
             pub fn execute_timeout(&mut self, #(#input_params,)* timeout: #rt::Duration) -> #result {
                 self.__driver.execute(#inputs, ::core::option::Option::Some(timeout))
             }
 
-            /// Like `execute`, but returns a future that completes when every actor has
-            /// finished: it submits the execution on its first poll, then waits without
-            /// blocking or spinning the executor's thread (the actor threads wake it as
-            /// they finish). Works with any executor, e.g. tokio's current-thread or
-            /// multi-thread runtime; the future is `Send` when the graph is.
-            ///
-            /// Dropping the future before it completes does not cancel the execution: the
-            /// actors run it to the end and its result is discarded (its ticket is
-            /// abandoned, as with a dropped `Ticket`); the next call on this graph first
-            /// waits for it if it needs the room, then runs normally. A future dropped
-            /// before its first poll submits nothing.
+            /// Like `execute`, as a future that never blocks the executor's thread.
             #[allow(clippy::too_many_arguments)]
             pub fn execute_async(&mut self, #(#input_params),*) -> impl ::core::future::Future<Output = #result> + '_ {
                 self.__driver.execute_async(#inputs)
             }
 
-            /// Submits one execution and returns at once with its ticket; `wait` (or
-            /// `wait_async`) redeems it for the output. Up to `max_in_flight` (see
-            /// `launch_with`; 1 with `launch`) executions may be in flight; one more
-            /// returns `Error::InFlightFull` and submits nothing. Results come back by
-            /// ticket, so in submission order when waited in that order; a failure in one
-            /// execution is that ticket's error only. A ticket dropped unredeemed abandons
-            /// its result (the execution still runs; its room is freed once it ends).
+            /// Submits one execution and returns its ticket for `wait`.
             #[allow(clippy::too_many_arguments)]
             pub fn submit(&mut self, #(#input_params),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
                 self.__driver.submit(#inputs)
             }
 
-            /// Waits for the execution of `ticket` and returns its output, indexed by rank,
-            /// or its error (as `execute` would). Executions submitted before it are
-            /// collected first and their results kept for their own tickets.
-            /// `Error::ForeignTicket` if another graph issued the ticket.
+            /// Waits for the execution of `ticket` and returns its output, as `execute`.
             pub fn wait(&mut self, ticket: #rt::Ticket) -> #result {
                 self.__driver.wait(ticket)
             }
 
-            /// `wait` as a future, which waits without blocking or spinning the executor's
-            /// thread (see `execute_async`). Dropping it abandons the ticket's result.
+            /// `wait` as a future that never blocks the executor's thread.
             pub fn wait_async(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #result> + '_ {
                 self.__driver.wait_async(ticket)
             }
@@ -291,8 +256,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 self.__driver.in_flight()
             }
 
-            /// Stops the actor threads and hands the actors back, by rank, with their state;
-            /// an error if any actor is not intact (poisoned, lost, or stuck in a method).
+            /// Stops the actor threads and hands the actors back by rank; an error if any
+            /// is not intact.
             pub fn teardown(self) -> #rt::Result<#teardown_ty, #rt::Error>
             where
                 #(#send_bounds,)*
@@ -301,9 +266,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 #rt::Result::Ok(#torn_tuple)
             }
 
-            /// Stops the actor threads and hands back, by rank, every actor that is intact
-            /// and, for each other one, why not. Returns within a bounded time even if an
-            /// actor is stuck in a method (its thread is then detached).
+            /// Stops the actor threads and hands back each intact actor, or why not.
             pub fn teardown_each(self) -> #each_ty
             where
                 #(#send_bounds,)*
@@ -312,10 +275,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 #torn_tuple
             }
 
-            /// The graph as Graphviz DOT: a cluster per actor group with its method calls
-            /// and fused stages (one node each), the inputs, the output, and the edges
-            /// between them; values that cross between actors are drawn bold and say which
-            /// ranks they connect. Render it with `dot -Tsvg`.
+            /// The graph as Graphviz DOT (render it with `dot -Tsvg`).
             pub fn to_dot() -> #rt::String {
                 <#rt::String as ::core::convert::From<&'static ::core::primitive::str>>::from(#dot)
             }
@@ -539,7 +499,9 @@ fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
                 CheckKind::Fields(n) => quote_spanned!(at=> #f::<#ty, #n>()),
                 _ => quote_spanned!(at=> #f::<#ty>()),
             };
+            let alias = checked_alias(graph, privacy, k);
             quote! {
+                #alias
                 impl #rt::Checked<#k, #privacy> for #graph {
                     type Type = <#ty as #rt::Valid<{ #check }>>::Type;
                 }

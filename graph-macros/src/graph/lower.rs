@@ -188,7 +188,7 @@ impl Lowerer<'_> {
                     self.inputs.push(InputDecl {
                         name: p.name.clone(),
                         ty: ty.clone(),
-                        checked: checked_type(self.graph, &self.privacy, k),
+                        checked: checked_type(self.graph, k),
                     });
                     self.declare(&p.name, Binding::Value(v));
                 }
@@ -415,7 +415,7 @@ impl Lowerer<'_> {
             }
             None => {
                 let k = self.check(src_ty, pat.span(), CheckKind::Fields(n));
-                let checked = checked_type(self.graph, &self.privacy, k);
+                let checked = checked_type(self.graph, k);
                 let tys = (0..n).map(|i| tuple_field(&checked, i)).collect();
                 (tys, Some(k))
             }
@@ -454,7 +454,7 @@ impl Lowerer<'_> {
                 ok = false;
             }
             let k = self.check(self.values[p].ty.clone(), at, CheckKind::Send);
-            tys.push(checked_type(self.graph, &self.privacy, k));
+            tys.push(checked_type(self.graph, k));
         }
         ok.then_some(Output { parts, tys, tuple })
     }

@@ -84,5 +84,5 @@ pub(crate) fn output_type(g: &Graph) -> TokenStream {
 
 /// The type of the values on edge `e`: checked `Send` (see `value_checks`).
 pub(crate) fn edge_type(g: &Graph, e: usize) -> TokenStream {
-    checked_type(&g.def.name, &g.privacy, g.checks.len() + e)
+    checked_type(&g.def.name, g.checks.len() + e)
 }

@@ -308,9 +308,7 @@ impl Gen<'_> {
                     .map(|(i, (&a, &span))| StageValue {
                         ident: at_user(&self.borrow(Local::Value(a)), span),
                         span,
-                        checked: checks
-                            .get(i)
-                            .map(|&k| checked_type(&g.def.name, &g.privacy, k)),
+                        checked: checks.get(i).map(|&k| checked_type(&g.def.name, k)),
                     })
                     .collect();
                 let collective = collective_expr(spec, reduce.as_ref(), root.as_ref(), *span);
@@ -355,7 +353,7 @@ impl Gen<'_> {
                 // silent) when the check failed.
                 let src = match check {
                     Some(k) => {
-                        let ty = checked_type(&g.def.name, &g.privacy, *k);
+                        let ty = checked_type(&g.def.name, *k);
                         let ty = match on_rank {
                             None => ty,
                             Some(_) => quote!(#rt::Option<#ty>),

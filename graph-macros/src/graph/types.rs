@@ -3,19 +3,30 @@
 //! the graph's `Checked` and `MethodCall` impls (see codegen).
 
 use proc_macro2::{Ident, Span, TokenStream};
-use quote::{quote, quote_spanned};
+use quote::{format_ident, quote, quote_spanned};
 
 use super::ops::Kind;
 use super::parse::GraphDef;
 use crate::rt;
 
-/// `<Graph as Checked<K, P>>::Type`: the type of check `k`. `P` is the tuple of every
+/// The type of check `k`: a private alias of `<Graph as Checked<K, P>>::Type` (see
+/// `checked_alias`), so that the generated code spells it once.
+pub(crate) fn checked_type(graph: &Ident, k: usize) -> TokenStream {
+    let alias = format_ident!("__actorgraph_{}_{}", graph, k);
+    quote!(#alias)
+}
+
+/// `type <checked_type(k)> = <Graph as Checked<K, P>>::Type;`. `P` is the tuple of every
 /// type the graph's declaration names (its actor and input types), which makes the
 /// `Checked` impls no more public than the least public of them: their associated types
-/// name those types, and a public graph over a private actor type must still compile.
-pub(crate) fn checked_type(graph: &Ident, privacy: &TokenStream, k: usize) -> TokenStream {
-    let rt = rt::path();
-    quote!(<#graph as #rt::Checked<#k, #privacy>>::Type)
+/// name those types, and a public graph over a private actor type must still compile. The
+/// alias is private, and transparent: rustdoc shows what it stands for.
+pub(crate) fn checked_alias(graph: &Ident, privacy: &TokenStream, k: usize) -> TokenStream {
+    let (rt, alias) = (rt::path(), checked_type(graph, k));
+    quote! {
+        #[allow(non_camel_case_types)]
+        type #alias = <#graph as #rt::Checked<#k, #privacy>>::Type;
+    }
 }
 
 /// The types a graph's declaration names, as a tuple of pointers to them (well-formed
