@@ -5,24 +5,12 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::pin;
-use std::sync::mpsc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use actorgraph::prelude::*;
 
-/// Runs `f` on its own thread and fails the test if it takes longer than `secs`.
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(v) => v,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {secs} s"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the test body panicked"),
-    }
-}
+use crate::support::within;
 
 struct Worker {
     rank: usize,
