@@ -3,6 +3,7 @@
 //! (`counting_alloc.rs`, a global allocator, is for the allocation tests' own binary.)
 
 pub mod counting;
+pub mod gate;
 pub mod nap;
 pub mod sleeper;
 
