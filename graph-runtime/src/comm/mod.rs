@@ -34,7 +34,7 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
-    /// Every reduction, in declaration order.
+    /// Every reduction, once each, in declaration order: for code that covers them all.
     ///
     /// ```
     /// use actorgraph::ReduceOp;

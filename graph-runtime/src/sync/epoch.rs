@@ -80,7 +80,7 @@ pub(crate) struct Epoch {
     lock: Mutex<()>,
     cv: Condvar,
     /// How many threads wait on `cv` now: a unit test that must know a waiter blocked
-    /// before it acts waits for this ([`Epoch::until_parked`]), not for a while.
+    /// before it acts waits for this (`until_parked`), not for a while.
     #[cfg(all(test, not(loom)))]
     parked: AtomicUsize,
 }
