@@ -6,12 +6,13 @@
 #   - the unit tests of graph-runtime's tensor, bucket (the fused stage), comm (the CPU
 #     communicator, its kernels, and the property tests with PROPTEST_CASES cases),
 #     sync (the barrier), exec::edge and exec::pipeline, and element;
-#   - tests/soundness.rs: the soundness regressions, and two 2-actor allreduces through
-#     `graph!`, below and above the size from which ranks share one result buffer.
+#   - tests/it/soundness.rs (module `soundness` of the `it` test binary): the soundness
+#     regressions, and two 2-actor allreduces through `graph!`, below and above the size
+#     from which ranks share one result buffer.
 # Under `cfg(miri)` the tests shrink their data (the kernels' block is 8 elements and the
 # shared-result threshold 1 KiB there). Not run: the loom models (`cfg(loom)` only),
 # the NCCL backend and its simulated GPU (C code behind FFI; feature `nccl` stays off),
-# the trybuild and child-process tests (other test files).
+# the trybuild and child-process tests, and the other modules of `it`.
 #
 # Installs what it needs: the nightly toolchain (minimal profile) if missing, Miri and
 # rust-src. Builds in target/miri, apart from the other builds.
@@ -38,5 +39,5 @@ for model in ${models[*]}; do
     export MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-env-forward=PROPTEST_CASES $flags"
     cargo +nightly miri test --target-dir target/miri -p graph-runtime --lib -- \
         tensor:: bucket:: comm:: sync:: exec::edge:: exec::pipeline:: element::
-    cargo +nightly miri test --target-dir target/miri -p actorgraph --test soundness
+    cargo +nightly miri test --target-dir target/miri -p actorgraph --test it -- soundness::
 done

@@ -23,6 +23,10 @@ use actorgraph::nccl::{self, current_device, Device, Nccl};
 use actorgraph::prelude::*;
 use actorgraph::{BoxError, DType, Element};
 
+#[path = "support/nap.rs"]
+mod nap;
+use nap::nap;
+
 /// The number of GPUs, or `None` (after saying why) when this machine has none.
 ///
 /// With `ACTORGRAPH_REQUIRE_GPU` set (not empty, not `0`), a missing GPU fails the test
@@ -41,19 +45,40 @@ fn gpus() -> Option<usize> {
     None
 }
 
+/// A GPU test's turn: the machine's GPUs, to itself while the test runs.
+///
 /// GPU tests take turns: NCCL kernels of different communicators on one GPU can wait on
 /// each other (with several ranks, even deadlock), and one test at a time also makes a
 /// hang name its test.
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+struct Turn {
+    /// The number of GPUs.
+    gpus: usize,
+    _serial: MutexGuard<'static, ()>,
 }
 
-/// The ranks the multi-rank tests use: one per GPU, at most two.
-fn ranks(gpus: usize) -> usize {
-    gpus.min(2)
+impl Turn {
+    /// The ranks the multi-rank tests use: one per GPU, at most two.
+    fn ranks(&self) -> usize {
+        self.gpus.min(2)
+    }
+}
+
+/// Every GPU test's start: its turn, or `None` (after saying why) on a machine with fewer
+/// than `min` GPUs.
+fn gpu_turn(min: usize) -> Option<Turn> {
+    let gpus = gpus()?;
+    if gpus < min {
+        eprintln!("skipped: needs {min} GPUs, this machine has {gpus}");
+        return None;
+    }
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    Some(Turn {
+        gpus,
+        _serial: serial,
+    })
 }
 
 /// An element type built from a small integer (exact in every type; negative values wrap
@@ -188,8 +213,7 @@ graph! {
 
 #[test]
 fn one_rank_allreduce_of_gpu_tensors_gives_gpu_views_equal_to_the_input() {
-    let Some(_) = gpus() else { return };
-    let _serial = serial();
+    let Some(_turn) = gpu_turn(1) else { return };
     let mut g = MixedSum::launch(vec![Maker { calls: 0 }], Nccl::new([0]).unwrap()).unwrap();
     // Several executions: each must see its own values, not a stale buffer.
     for s in 1..=3 {
@@ -240,8 +264,7 @@ fn one_rank_allreduce_of_gpu_tensors_gives_gpu_views_equal_to_the_input() {
 
 #[test]
 fn empty_gpu_tensors_go_through_allreduce_and_allgather() {
-    let Some(_) = gpus() else { return };
-    let _serial = serial();
+    let Some(_turn) = gpu_turn(1) else { return };
     let mut g = Empties::launch(vec![Maker { calls: 0 }], Nccl::new([0]).unwrap()).unwrap();
     for _ in 0..2 {
         let (re, rx, rz, ge, gx, gz) = g.execute().unwrap().remove(0);
@@ -374,14 +397,6 @@ enum Coll {
     Broadcast,
 }
 
-const OPS: [ReduceOp; 5] = [
-    ReduceOp::Sum,
-    ReduceOp::Prod,
-    ReduceOp::Min,
-    ReduceOp::Max,
-    ReduceOp::Avg,
-];
-
 /// What rank `rank` of `ranks` gets for slot `slot` (`None`: a reduce off the root), and
 /// its shape.
 fn expected<E: Val>(
@@ -459,16 +474,15 @@ macro_rules! check_bucket {
 
 #[test]
 fn every_collective_every_op_every_dtype_on_the_gpu() {
-    let Some(n) = gpus() else { return };
-    let _serial = serial();
-    let n = ranks(n);
+    let Some(turn) = gpu_turn(1) else { return };
+    let n = turn.ranks();
     let backend = || Nccl::new(0..n).unwrap();
 
     let mut g = AllReduceOps::launch(nodes(n), backend()).unwrap();
     let out = g.execute().unwrap();
     assert_eq!(out.len(), n);
     for (rank, (sum, prod, lo, hi, avg)) in out.iter().enumerate() {
-        for (res, op) in [sum, prod, lo, hi, avg].into_iter().zip(OPS) {
+        for (res, op) in [sum, prod, lo, hi, avg].into_iter().zip(ReduceOp::ALL) {
             check_bucket!(check, *res, Coll::AllReduce(op), rank, n);
         }
     }
@@ -477,7 +491,7 @@ fn every_collective_every_op_every_dtype_on_the_gpu() {
     let mut g = ReduceScatterOps::launch(nodes(n), backend()).unwrap();
     let out = g.execute().unwrap();
     for (rank, (sum, prod, lo, hi, avg)) in out.iter().enumerate() {
-        for (res, op) in [sum, prod, lo, hi, avg].into_iter().zip(OPS) {
+        for (res, op) in [sum, prod, lo, hi, avg].into_iter().zip(ReduceOp::ALL) {
             check_bucket!(check, *res, Coll::ReduceScatter(op), rank, n);
         }
     }
@@ -487,7 +501,7 @@ fn every_collective_every_op_every_dtype_on_the_gpu() {
     let out = g.execute().unwrap();
     assert!(out[0].0 .0.is_some(), "the root gets the reduction");
     for (rank, (sum, prod, lo, hi, avg)) in out.iter().enumerate() {
-        for (res, op) in [sum, prod, lo, hi, avg].into_iter().zip(OPS) {
+        for (res, op) in [sum, prod, lo, hi, avg].into_iter().zip(ReduceOp::ALL) {
             check_bucket!(check_opt, *res, Coll::Reduce(op), rank, n);
         }
     }
@@ -584,9 +598,8 @@ fn reduced<E: Val>(inputs: &[Vec<E>], op: ReduceOp) -> Vec<E> {
 
 #[test]
 fn host_values_on_the_nccl_backend_give_host_results() {
-    let Some(n) = gpus() else { return };
-    let _serial = serial();
-    let n = ranks(n);
+    let Some(turn) = gpu_turn(1) else { return };
+    let n = turn.ranks();
     let mut g = HostOnly::launch(host_vals(n), Nccl::new(0..n).unwrap()).unwrap();
     let losses: Vec<f32> = (0..n).map(|r| r as f32 + 0.5).collect();
     let counts = all_ranks::<i32>(7, 4, n);
@@ -639,9 +652,8 @@ fn host_values_on_the_nccl_backend_give_host_results() {
 
 #[test]
 fn a_bucket_mixing_gpu_and_host_values_keeps_each_in_its_place() {
-    let Some(n) = gpus() else { return };
-    let _serial = serial();
-    let n = ranks(n);
+    let Some(turn) = gpu_turn(1) else { return };
+    let n = turn.ranks();
     let mut g = MixedPlaces::launch(host_vals(n), Nccl::new(0..n).unwrap()).unwrap();
     let gs = all_ranks::<f32>(20, 8, n);
     let vs = all_ranks::<u8>(21, 2, n);
@@ -704,8 +716,7 @@ graph! {
 
 #[test]
 fn the_device_buffer_is_reused_only_when_no_result_views_it() {
-    let Some(_) = gpus() else { return };
-    let _serial = serial();
+    let Some(_turn) = gpu_turn(1) else { return };
     let device = Device::new(0).unwrap();
     let mut g = Reuse::launch(vec![Counter { calls: 0 }], Nccl::new([0]).unwrap()).unwrap();
 
@@ -799,8 +810,7 @@ graph! {
 
 #[test]
 fn a_failing_method_on_the_gpu_is_reported_and_the_next_execute_works() {
-    let Some(_) = gpus() else { return };
-    let _serial = serial();
+    let Some(_turn) = gpu_turn(1) else { return };
     let mut g = FailOnce::launch(vec![Flaky { rank: 0 }], Nccl::new([0]).unwrap()).unwrap();
     let (t, l) = g.execute(false).unwrap().remove(0);
     assert_eq!((host(&t), l), (vec![1.0; 16], 2.0));
@@ -826,8 +836,8 @@ fn a_failing_method_on_the_gpu_is_reported_and_the_next_execute_works() {
 
 #[test]
 fn each_actor_sees_its_own_gpu() {
-    let Some(n) = gpus() else { return };
-    let _serial = serial();
+    let Some(turn) = gpu_turn(1) else { return };
+    let n = turn.gpus;
     let mut g = WhereAmI::launch(
         (0..n).map(|rank| Flaky { rank }).collect::<Vec<_>>(),
         Nccl::all().unwrap(),
@@ -853,8 +863,7 @@ fn current_device_off_the_nccl_backend_is_a_placement_error() {
 
 #[test]
 fn a_gpu_tensor_on_the_cpu_backend_is_a_placement_error() {
-    let Some(_) = gpus() else { return };
-    let _serial = serial();
+    let Some(_turn) = gpu_turn(1) else { return };
     let mut g = OnHost::launch(vec![Flaky { rank: 0 }], Cpu).unwrap();
     match g.execute(true) {
         Err(Error::Placement(message)) => {
@@ -887,9 +896,8 @@ graph! {
 
 #[test]
 fn a_gpu_value_made_on_another_stream_is_read_before_it_is_freed() {
-    let Some(gpus) = gpus() else { return };
-    let _serial = serial();
-    let n = ranks(gpus);
+    let Some(turn) = gpu_turn(1) else { return };
+    let n = turn.ranks();
     let actors: Vec<_> = (0..n).map(|_| SideStream).collect();
     let mut g = SideSum::launch(actors, Nccl::new(0..n).unwrap()).unwrap();
     // Only the order of the two streams keeps the free after the copy (`copy_ordered`
@@ -905,9 +913,8 @@ fn a_gpu_value_made_on_another_stream_is_read_before_it_is_freed() {
 
 #[test]
 fn executions_in_flight_on_the_gpu_each_get_their_own_buffer() {
-    let Some(gpus) = gpus() else { return };
-    let _serial = serial();
-    let n = ranks(gpus);
+    let Some(turn) = gpu_turn(1) else { return };
+    let n = turn.ranks();
     let actors: Vec<_> = (0..n).map(|_| SideStream).collect();
     let options = LaunchOptions::default().max_in_flight(4);
     let mut g = SideSum::launch_with(actors, Nccl::new(0..n).unwrap(), options).unwrap();
@@ -938,11 +945,9 @@ struct Napper {
 
 #[actor]
 impl Napper {
-    /// Sleeps `ms` milliseconds on rank `who`, then gives 1.0 on this actor's GPU.
+    /// Blocks as [`nap`] says, then gives 1.0 on this actor's GPU.
     fn grad(&mut self, plan: &(usize, u64)) -> Result<Tensor<f32>, BoxError> {
-        if plan.0 == self.rank {
-            std::thread::sleep(Duration::from_millis(plan.1));
-        }
+        nap(self.rank, *plan);
         Ok(Tensor::full([8], 1.0f32).to_device(&current_device()?)?)
     }
 }
@@ -956,12 +961,7 @@ graph! {
 
 #[test]
 fn a_late_rank_times_out_and_ends_the_group_without_a_hang() {
-    let Some(gpus) = gpus() else { return };
-    if gpus < 2 {
-        eprintln!("skipped: needs 2 GPUs, this machine has {gpus}");
-        return;
-    }
-    let _serial = serial();
+    let Some(_turn) = gpu_turn(2) else { return };
     let nappers = vec![Napper { rank: 0 }, Napper { rank: 1 }];
     let mut g = NapSum::launch(nappers, Nccl::new([0, 1]).unwrap()).unwrap();
     let out = g.execute_timeout((9, 0), Duration::from_secs(60)).unwrap();
@@ -1020,12 +1020,7 @@ graph! {
 
 #[test]
 fn two_gpus_allreduce_to_bitwise_identical_exact_sums() {
-    let Some(n) = gpus() else { return };
-    if n < 2 {
-        eprintln!("skipped: needs 2 GPUs, this machine has {n}");
-        return;
-    }
-    let _serial = serial();
+    let Some(_turn) = gpu_turn(2) else { return };
     let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
     let mut g = PairSum::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
     let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
@@ -1048,12 +1043,7 @@ fn two_gpus_allreduce_to_bitwise_identical_exact_sums() {
 
 #[test]
 fn two_gpus_shape_mismatch_is_an_error_not_a_hang() {
-    let Some(n) = gpus() else { return };
-    if n < 2 {
-        eprintln!("skipped: needs 2 GPUs, this machine has {n}");
-        return;
-    }
-    let _serial = serial();
+    let Some(_turn) = gpu_turn(2) else { return };
     let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
     let mut g = PairParts::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
     let timeout = Duration::from_secs(60);
@@ -1077,8 +1067,8 @@ fn two_gpus_shape_mismatch_is_an_error_not_a_hang() {
 
 #[test]
 fn the_backend_refuses_bad_device_lists() {
-    let Some(n) = gpus() else { return };
-    let _serial = serial();
+    let Some(turn) = gpu_turn(1) else { return };
+    let n = turn.gpus;
     let (major, _, _) = nccl::nccl_version().unwrap();
     assert_eq!(major, 2);
 

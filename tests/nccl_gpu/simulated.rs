@@ -101,16 +101,14 @@ struct Sim {
     host_waits: unsafe extern "C" fn(c_int) -> u64,
     slow_jobs: unsafe extern "C" fn(c_int, u32),
     async_error: unsafe extern "C" fn(c_int, c_int),
+    /// The test's turn on the GPUs, held as long as the controls.
+    _turn: Turn,
 }
 
-/// The controls, or `None` (after saying why) when this process does not run on the
-/// simulation.
+/// The controls, with the test's turn on the GPUs, or `None` (after saying why) when this
+/// process does not run on the simulation.
 fn sim() -> Option<Sim> {
-    let n = gpus()?;
-    if n < 2 {
-        eprintln!("skipped: needs 2 GPUs, this machine has {n}");
-        return None;
-    }
+    let turn = gpu_turn(2)?;
     // SAFETY: the libraries are loaded (`gpus` asked the driver); the symbols, where they
     // exist, are the simulation's functions of these signatures (tests/fake_gpu/fake.h).
     let found = unsafe {
@@ -146,6 +144,7 @@ fn sim() -> Option<Sim> {
             host_waits,
             slow_jobs,
             async_error,
+            _turn: turn,
         }),
         _ => {
             eprintln!("skipped: needs the simulated GPU (its fault injection and counters)");
@@ -217,7 +216,6 @@ fn assert_exact_sums(g: &mut PairSum) {
 #[test]
 fn a_failed_stage_buffer_allocation_on_one_gpu_fails_that_execute_only() {
     let Some(sim) = sim() else { return };
-    let _serial = serial();
     let mut g = pair_sum();
     // The stage's f32 buffer: the gradient's 2^16 elements and the loss. The gradient
     // itself (2^18 bytes) is below the threshold.
@@ -253,7 +251,6 @@ fn fail_then_run(
 #[test]
 fn a_failed_nccl_call_on_one_rank_ends_the_group_without_a_hang() {
     let Some(sim) = sim() else { return };
-    let _serial = serial();
     // A failed call leaves the peer's collective waiting on its GPU for a partner that
     // will never come, until the group is aborted. The first call of PairSum's one-call
     // group; the third of MixedSum's five (NCCL then launches none of the group).
@@ -290,7 +287,6 @@ fn a_failed_nccl_call_on_one_rank_ends_the_group_without_a_hang() {
 #[test]
 fn a_stage_of_gpu_values_is_one_nccl_launch_and_never_waits_for_the_gpu() {
     let Some(sim) = sim() else { return };
-    let _serial = serial();
     let makers = || vec![Maker { calls: 0 }, Maker { calls: 0 }];
     // Per GPU: (NCCL launches, NCCL calls, host waits on its streams) during `run`.
     let during = |run: &mut dyn FnMut()| {
@@ -338,7 +334,6 @@ graph! {
 #[test]
 fn results_handed_out_stay_right_when_a_later_stage_fails() {
     let Some(sim) = sim() else { return };
-    let _serial = serial();
     let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
     let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
     let mut g = PairGrad::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
@@ -373,7 +368,6 @@ fn results_handed_out_stay_right_when_a_later_stage_fails() {
 #[test]
 fn an_nccl_error_reported_later_fails_the_stage_that_waits_for_it() {
     let Some(sim) = sim() else { return };
-    let _serial = serial();
     // PairSum's loss is a host value: the stage waits for its collective, which on rank 1
     // never completes; NCCL reports why.
     let mut g = pair_sum();
@@ -414,7 +408,6 @@ fn an_nccl_error_reported_later_fails_the_stage_that_waits_for_it() {
 #[test]
 fn results_held_across_teardown_stay_right() {
     let Some(sim) = sim() else { return };
-    let _serial = serial();
     let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
     let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
     let mut g = PairGrad::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
@@ -456,7 +449,6 @@ graph! {
 #[test]
 fn results_held_across_a_timeout_stay_right() {
     let Some(sim) = sim() else { return };
-    let _serial = serial();
     let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
     let lags = vec![Lag { rank: 0 }, Lag { rank: 1 }];
     let mut g = LagGrad::launch(lags, Nccl::new([0, 1]).unwrap()).unwrap();

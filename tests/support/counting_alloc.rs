@@ -5,6 +5,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
 
 struct Counting;
 
@@ -48,4 +49,11 @@ pub fn count_this_thread() {
 /// The allocations counted so far, on every opted-in thread.
 pub fn counted() -> usize {
     COUNT.load(Relaxed)
+}
+
+/// The calling test's turn to count: the count is process-wide, so a test that measures
+/// holds its turn while it runs, and no other test's actors count meanwhile.
+pub fn turn() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

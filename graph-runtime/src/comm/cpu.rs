@@ -291,17 +291,9 @@ impl Post {
     }
 }
 
-const REDUCE_OPS: [ReduceOp; 5] = [
-    ReduceOp::Sum,
-    ReduceOp::Prod,
-    ReduceOp::Min,
-    ReduceOp::Max,
-    ReduceOp::Avg,
-];
-
 /// A call as one word and a root, for a post's atomics.
 fn encode(call: Call) -> (u64, usize) {
-    let op = |op: ReduceOp| REDUCE_OPS.iter().position(|&o| o == op).unwrap_or(0) as u64;
+    let op = |op: ReduceOp| ReduceOp::ALL.iter().position(|&o| o == op).unwrap_or(0) as u64;
     let (tag, op, root) = match call {
         Call::Stage(Collective::AllReduce(o)) => (1, op(o), 0),
         Call::Stage(Collective::AllGather) => (2, 0, 0),
@@ -316,7 +308,7 @@ fn encode(call: Call) -> (u64, usize) {
 
 /// The call `encode` gave `(code, root)` for; `None` for a post never written.
 fn decode(code: u64, root: usize) -> Option<Call> {
-    let op = *REDUCE_OPS.get((code >> 8) as usize)?;
+    let op = *ReduceOp::ALL.get((code >> 8) as usize)?;
     Some(match code & 0xff {
         1 => Call::Stage(Collective::AllReduce(op)),
         2 => Call::Stage(Collective::AllGather),
@@ -927,14 +919,6 @@ mod tests {
         threads.into_iter().map(|t| t.join().unwrap()).collect()
     }
 
-    const OPS: [ReduceOp; 5] = [
-        ReduceOp::Sum,
-        ReduceOp::Prod,
-        ReduceOp::Min,
-        ReduceOp::Max,
-        ReduceOp::Avg,
-    ];
-
     #[test]
     fn matches_the_reference_bit_for_bit() {
         // Under Miri, one rank (a path of its own) and a few.
@@ -948,7 +932,7 @@ mod tests {
                             .collect()
                     })
                     .collect();
-                for op in OPS {
+                for op in ReduceOp::ALL {
                     let srcs: Vec<&[f32]> = inputs.iter().map(|v| v.as_slice()).collect();
                     let want = reduce_reference(&srcs, op);
                     for got in run(inputs.clone(), Collective::AllReduce(op)) {
@@ -1130,7 +1114,7 @@ mod tests {
             Call::Launched,
             Call::Stage(Collective::AllGather),
         ];
-        for op in OPS {
+        for op in ReduceOp::ALL {
             calls.push(Call::Stage(Collective::AllReduce(op)));
             calls.push(Call::Stage(Collective::ReduceScatter(op)));
             calls.push(Call::Stage(Collective::Reduce {

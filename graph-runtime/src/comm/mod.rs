@@ -33,6 +33,23 @@ pub enum ReduceOp {
     Avg,
 }
 
+impl ReduceOp {
+    /// Every reduction, once each, in declaration order: for code that covers them all.
+    ///
+    /// ```
+    /// use actorgraph::ReduceOp;
+    /// assert_eq!(ReduceOp::ALL.len(), 5);
+    /// assert_eq!(ReduceOp::ALL[0], ReduceOp::default());
+    /// ```
+    pub const ALL: [ReduceOp; 5] = [
+        ReduceOp::Sum,
+        ReduceOp::Prod,
+        ReduceOp::Min,
+        ReduceOp::Max,
+        ReduceOp::Avg,
+    ];
+}
+
 /// The collective a fused stage runs over its regions.
 ///
 /// Every value of a stage goes through the same collective. Where a value's result has

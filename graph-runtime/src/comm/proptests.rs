@@ -349,20 +349,13 @@ proptest! {
 /// dtype at once, and each op goes with one kind of reduction.)
 #[test]
 fn every_collective_dtype_and_op() {
-    const OPS: [ReduceOp; 5] = [
-        ReduceOp::Sum,
-        ReduceOp::Prod,
-        ReduceOp::Min,
-        ReduceOp::Max,
-        ReduceOp::Avg,
-    ];
     let n = 3;
     let mut collectives = vec![
         Collective::AllGather,
         Collective::Broadcast { root: 0 },
         Collective::Broadcast { root: 2 },
     ];
-    for (i, op) in OPS.into_iter().enumerate() {
+    for (i, op) in ReduceOp::ALL.into_iter().enumerate() {
         let kinds = [
             Collective::AllReduce(op),
             Collective::ReduceScatter(op),

@@ -373,7 +373,6 @@ impl Links {
 mod tests {
     use super::*;
     use std::thread;
-    use std::time::Duration;
 
     #[test]
     fn a_value_crosses_and_the_slot_empties_every_round() {
@@ -453,7 +452,9 @@ mod tests {
         let consumer = thread::spawn(move || c.recv(0, 1));
         p.send(1, 1, 1).unwrap();
         let producer = thread::spawn(move || p.send(1, 2, 2));
-        thread::sleep(Duration::from_millis(50));
+        // Rank 0 waits for its first message, rank 1 for room for its second.
+        e.slots[0].sent.until_parked(1);
+        e.slots[1].taken.until_parked(1);
         links.abort();
         assert_eq!(consumer.join().unwrap(), Err(RecvError::Aborted));
         assert_eq!(producer.join().unwrap(), Err(Interrupted::Aborted));

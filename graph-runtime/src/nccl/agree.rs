@@ -274,7 +274,7 @@ mod tests {
                 board.agree(0, &header, SUM)
             })
         };
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        board.barrier.until_parked(1);
         board.abort();
         assert!(matches!(waiting.join().unwrap(), Err(StageError::Aborted)));
         let header = Header {

@@ -1,3 +1,5 @@
+#[cfg(all(test, not(loom)))]
+use std::sync::atomic::Ordering::Release;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::time::Instant;
 
@@ -77,6 +79,10 @@ pub(crate) struct Epoch {
     state: AtomicU64,
     lock: Mutex<()>,
     cv: Condvar,
+    /// How many threads wait on `cv` now: a unit test that must know a waiter blocked
+    /// before it acts waits for this (`until_parked`), not for a while.
+    #[cfg(all(test, not(loom)))]
+    parked: AtomicUsize,
 }
 
 const SLEEPERS: u64 = 1;
@@ -89,6 +95,8 @@ impl Epoch {
             state: AtomicU64::new(0),
             lock: Mutex::new(()),
             cv: Condvar::new(),
+            #[cfg(all(test, not(loom)))]
+            parked: AtomicUsize::new(0),
         }
     }
 
@@ -214,15 +222,43 @@ impl Epoch {
                 return r;
             }
             guard = match deadline {
-                None => self.cv.wait(guard).unwrap_or_else(|e| e.into_inner()),
+                None => self.waiting(|| self.cv.wait(guard).unwrap_or_else(|e| e.into_inner())),
                 Some(deadline) => {
                     let now = Instant::now();
                     if now >= deadline {
                         return Err(Interrupted::TimedOut);
                     }
-                    wait_timeout(&self.cv, guard, deadline - now)
+                    self.waiting(|| wait_timeout(&self.cv, guard, deadline - now))
                 }
             };
+        }
+    }
+
+    /// Runs `wait`, a wait on `cv`, counted in `parked` in unit tests. The count goes up
+    /// under the lock and after the sleepers bit is set (release): a test that sees it
+    /// (acquire) and then advances or aborts is sure to wake this waiter.
+    fn waiting<G>(&self, wait: impl FnOnce() -> G) -> G {
+        #[cfg(all(test, not(loom)))]
+        self.parked.fetch_add(1, Release);
+        let guard = wait();
+        #[cfg(all(test, not(loom)))]
+        self.parked.fetch_sub(1, Relaxed);
+        guard
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+impl Epoch {
+    /// Returns once `n` threads are parked in a wait on this epoch, so that a test acts on
+    /// waiters that are blocked for sure; a watchdog fails the test if they never park.
+    pub(crate) fn until_parked(&self, n: usize) {
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while self.parked.load(Acquire) < n {
+            assert!(
+                Instant::now() < deadline,
+                "{n} waiter(s) did not park in 10 s"
+            );
+            std::thread::yield_now();
         }
     }
 }
@@ -313,6 +349,12 @@ impl Barrier {
     pub(crate) fn generation(&self) -> u64 {
         self.epoch.current()
     }
+
+    /// [`Epoch::until_parked`]: returns once `n` parties are parked in a wait.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn until_parked(&self, n: usize) {
+        self.epoch.until_parked(n);
+    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -353,7 +395,7 @@ mod tests {
         let seen = epoch.current();
         let e2 = epoch.clone();
         let t = std::thread::spawn(move || e2.wait_past(seen, None));
-        std::thread::sleep(Duration::from_millis(50));
+        epoch.until_parked(1);
         epoch.advance();
         assert_eq!(t.join().unwrap(), Ok(seen + 1));
     }
@@ -376,7 +418,7 @@ mod tests {
                 std::thread::spawn(move || b.wait())
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(50));
+        barrier.until_parked(2);
         barrier.abort();
         for w in waiters {
             assert_eq!(w.join().unwrap(), Err(Interrupted::Aborted));

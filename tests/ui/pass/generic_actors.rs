@@ -1,6 +1,6 @@
 // Generic actors: `Worker<T>` over a user trait `Float`, used as `[Worker<f32>]` and
 // `[Worker<f64>]` in two graphs, and `Model<B>` whose bound is the user's own `Backend`
-// (shadowing the prelude's). (Also included by `tests/actor_types.rs`.)
+// (shadowing the prelude's). (Also included by `tests/it/actor_types.rs`.)
 use actorgraph::prelude::*;
 use actorgraph::Element;
 use std::marker::PhantomData;

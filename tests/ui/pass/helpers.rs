@@ -1,6 +1,6 @@
 // An `#[actor]` block holding helpers that cannot be graph nodes: they compile, stay
 // ordinary methods, and the graph calls only the nodes. (Also included by
-// `tests/actor_types.rs`.)
+// `tests/it/actor_types.rs`.)
 use actorgraph::prelude::*;
 use std::fmt::Display;
 

@@ -1,5 +1,5 @@
 // An actor type imported under another name: the graph names it `W`.
-// (Also included by `tests/actor_types.rs`, which runs `main` as a test.)
+// (Also included by `tests/it/actor_types.rs`, which runs `main` as a test.)
 use actorgraph::prelude::*;
 
 mod model {

@@ -1,10 +1,9 @@
 //! Stress: 8 actors on a 2-core machine, 2 000 executions with failures injected at random
 //! ranks and places, every result checked. A watchdog fails the test instead of hanging CI.
 
-use std::sync::mpsc;
-use std::time::Duration;
-
 use actorgraph::prelude::*;
+
+use crate::support::within;
 
 /// What one execution does wrong, if anything.
 #[derive(Clone, Copy, Debug)]
@@ -140,16 +139,5 @@ fn run() {
 
 #[test]
 fn eight_actors_two_thousand_executions_with_random_faults() {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        run();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(Duration::from_secs(600)) {
-        Ok(()) => {}
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            panic!("the stress run failed (see its panic above)")
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("watchdog: the stress run hung"),
-    }
+    within(600, run);
 }

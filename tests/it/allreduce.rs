@@ -1,6 +1,10 @@
 //! End-to-end behaviour of `#[actor]`, `graph!` and the CPU runtime: fused allreduce
 //! stages, their output types and values, and their buffers across executions.
 
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+
 use actorgraph::prelude::*;
 
 struct Worker {
@@ -271,10 +275,58 @@ fn launching_an_empty_group_is_an_error() {
     }
 }
 
+/// Adds one to its counter when the thread that holds it ends (a thread-local's
+/// destructor runs as its thread exits, before a join of that thread returns).
+struct CountsThreadEnd(Arc<AtomicUsize>);
+
+impl Drop for CountsThreadEnd {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, SeqCst);
+    }
+}
+
+thread_local! {
+    static ON_THREAD_END: RefCell<Option<CountsThreadEnd>> = const { RefCell::new(None) };
+}
+
+/// An actor whose thread, once it has run [`Watched::watch`], counts its own end.
+struct Watched {
+    ended: Arc<AtomicUsize>,
+}
+
+#[actor]
+impl Watched {
+    fn watch(&mut self) -> f32 {
+        let counter = CountsThreadEnd(Arc::clone(&self.ended));
+        ON_THREAD_END.with(|slot| *slot.borrow_mut() = Some(counter));
+        1.0
+    }
+}
+
+graph! {
+    Watch(ws: [Watched]) {
+        let x = ws.watch();
+        allreduce(x)
+    }
+}
+
 #[test]
 fn dropping_a_graph_stops_its_threads() {
-    let g = Flat::launch(workers(4), Cpu).unwrap();
+    let ended = Arc::new(AtomicUsize::new(0));
+    let actors = (0..4)
+        .map(|_| Watched {
+            ended: Arc::clone(&ended),
+        })
+        .collect();
+    let mut g = Watch::launch(actors, Cpu).unwrap();
+    assert_eq!(g.execute().unwrap(), vec![4.0; 4]);
+    assert_eq!(
+        ended.load(SeqCst),
+        0,
+        "the actor threads run until the graph goes"
+    );
     drop(g);
+    assert_eq!(ended.load(SeqCst), 4, "every actor thread has ended");
 }
 
 /// A large bucket's results are written once, into one buffer that every rank's outputs

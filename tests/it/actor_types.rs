@@ -4,15 +4,15 @@
 //! `tests/ui/pass/` (compiled there as its own binary crate), run here as a test.
 
 mod renamed_actor {
-    include!("ui/pass/renamed_actor.rs");
+    include!("../ui/pass/renamed_actor.rs");
 }
 
 mod generic_actors {
-    include!("ui/pass/generic_actors.rs");
+    include!("../ui/pass/generic_actors.rs");
 }
 
 mod helpers {
-    include!("ui/pass/helpers.rs");
+    include!("../ui/pass/helpers.rs");
 }
 
 #[test]

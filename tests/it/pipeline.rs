@@ -2,23 +2,11 @@
 //! in submission order, the bound as a typed error, failures confined to their ticket, and
 //! the CPU communicator's disagreement path while ranks run ahead into the next execution.
 
-use std::sync::mpsc;
 use std::time::Duration;
 
 use actorgraph::prelude::*;
 
-/// Runs `f` on its own thread and fails the test if it takes longer than `secs`.
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(v) => v,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {secs} s"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the test body panicked"),
-    }
-}
+use crate::support::within;
 
 /// What an execution asks one rank to do wrong.
 #[derive(Clone, Copy, Debug, PartialEq)]

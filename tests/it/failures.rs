@@ -5,6 +5,8 @@ use std::fmt;
 
 use actorgraph::prelude::*;
 
+use crate::support::sleeper::{sleepers, Sleeper};
+
 #[derive(Debug)]
 struct Boom(usize);
 
@@ -332,36 +334,11 @@ fn a_panic_in_the_driver_mid_execute_does_not_leave_threads_behind() {
     assert!(result.is_err());
 }
 
-/// Blocks in a method: for `ms` milliseconds, or until the process ends when `ms` is 0.
-struct Sleeper {
-    rank: usize,
-}
-
-#[actor]
-impl Sleeper {
-    fn nap(&mut self, plan: &(usize, u64)) -> Tensor<f32> {
-        let (who, ms) = *plan;
-        if self.rank == who {
-            if ms == 0 {
-                loop {
-                    std::thread::park();
-                }
-            }
-            std::thread::sleep(std::time::Duration::from_millis(ms));
-        }
-        Tensor::full([2], 1.0)
-    }
-}
-
 graph! {
     Naps(workers: [Sleeper], plan: (usize, u64)) {
         let t = workers.nap(plan);
         allreduce(t)
     }
-}
-
-fn sleepers(n: usize) -> Vec<Sleeper> {
-    (0..n).map(|rank| Sleeper { rank }).collect()
 }
 
 // The bounds below are generous liveness checks (no hang), not performance assertions.

@@ -2,24 +2,11 @@
 //! transfers, Ray's scheduling case, several outputs, failures across an edge, and the
 //! launch checks of edges and actor indices.
 
-use std::sync::mpsc;
 use std::time::Duration;
 
 use actorgraph::prelude::*;
 
-/// Runs `f` on a thread and fails the test if it does not finish in `secs` seconds: a
-/// deadlock shows up as a failure, not as a hung test run.
-fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
-    });
-    match rx.recv_timeout(Duration::from_secs(secs)) {
-        Ok(Ok(v)) => v,
-        Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        Err(_) => panic!("did not finish within {secs} s: a deadlock?"),
-    }
-}
+use crate::support::within;
 
 fn vals(t: &Tensor<f32>) -> Vec<f32> {
     t.to_vec()

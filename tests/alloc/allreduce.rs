@@ -1,10 +1,7 @@
 //! After warm-up, the actor side of a bucketed allreduce graph allocates nothing per
 //! execute: layouts, flat buffers and output views are all reused.
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
-
-use counting_alloc::{count_this_thread, counted};
+use crate::counting_alloc::{count_this_thread, counted, turn};
 
 use actorgraph::prelude::*;
 
@@ -32,6 +29,7 @@ graph! {
 
 #[test]
 fn steady_state_execute_allocates_nothing_on_the_actors() {
+    let _turn = turn();
     let mut g = Bucket::launch(vec![Echo, Echo, Echo], Cpu).unwrap();
     let a = Tensor::full([1024], 1.0f32);
     let b = Tensor::full([3000], 2.0f32);

@@ -2,10 +2,7 @@
 //! one actor to another) and a collective allocates nothing on its actor threads per
 //! execute: edge slots, schedules and stage buffers are all reused.
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
-
-use counting_alloc::{count_this_thread, counted};
+use crate::counting_alloc::{count_this_thread, counted, turn};
 
 use actorgraph::prelude::*;
 
@@ -35,6 +32,7 @@ graph! {
 
 #[test]
 fn steady_state_edges_allocate_nothing_on_the_actors() {
+    let _turn = turn();
     let mut g = Pipe::launch(vec![Echo, Echo, Echo], vec![Echo, Echo, Echo], Cpu).unwrap();
     let a = Tensor::full([1000], 1.0f32);
     for _ in 0..10 {

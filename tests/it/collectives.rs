@@ -3,13 +3,13 @@
 //! `reducescatter` and of a root out of range, and a counting communicator showing that a
 //! bucket mixing dtypes runs as one fused stage.
 
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 
-use actorgraph::comm::{AbortHandle, Collective, CpuComm, Header, RegionMut, StageError};
 use actorgraph::half::{bf16, f16};
 use actorgraph::prelude::*;
-use actorgraph::Communicator;
+
+use crate::support::counting::Counting;
 
 struct Node {
     rank: usize,
@@ -360,62 +360,6 @@ fn half_floats_average_through_f32() {
         // 256 / 3 would give 85.5.
         assert_eq!(b.to_vec(), vec![bf16::from_f32(86.0), bf16::ONE]);
         assert_eq!(*l, 2.0);
-    }
-}
-
-/// A communicator around [`CpuComm`] that counts its `stage` calls and the dtype regions
-/// each one gets: one call per fused stage, whatever the bucket mixes.
-struct CountingComm {
-    inner: CpuComm,
-    counts: Arc<Counts>,
-}
-
-#[derive(Default)]
-struct Counts {
-    stages: AtomicUsize,
-    regions: AtomicUsize,
-}
-
-impl Communicator for CountingComm {
-    fn rank(&self) -> usize {
-        self.inner.rank()
-    }
-    fn size(&self) -> usize {
-        self.inner.size()
-    }
-    fn stage(
-        &mut self,
-        header: &Header<'_>,
-        collective: Collective,
-        regions: &mut [RegionMut<'_>],
-        outputs: &mut [RegionMut<'_>],
-    ) -> Result<(), StageError> {
-        self.counts.stages.fetch_add(1, SeqCst);
-        self.counts.regions.fetch_add(regions.len(), SeqCst);
-        self.inner.stage(header, collective, regions, outputs)
-    }
-    fn abort_handle(&self) -> AbortHandle {
-        self.inner.abort_handle()
-    }
-}
-
-/// A backend whose communicators count their stages.
-#[derive(Default)]
-struct Counting {
-    counts: Arc<Counts>,
-}
-
-impl Backend for Counting {
-    type Comm = CountingComm;
-    fn communicators(&self, size: usize) -> Result<Vec<CountingComm>, Error> {
-        Ok(Cpu
-            .communicators(size)?
-            .into_iter()
-            .map(|inner| CountingComm {
-                inner,
-                counts: Arc::clone(&self.counts),
-            })
-            .collect())
     }
 }
 
