@@ -10,7 +10,8 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DeviceSlice};
 
-use super::{Bucketable, FusedStage, Region, Regions, SlotIdx};
+use super::region::{Region, Regions, SlotIdx};
+use super::{Bucketable, FusedStage};
 use crate::comm::{Collective, Communicator, Header, Status};
 use crate::nccl::{alloc_zeros, copy_ordered, gpu, Device};
 use crate::tensor::Storage;

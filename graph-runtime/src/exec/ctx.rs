@@ -347,14 +347,10 @@ impl<C> Drop for Stage<'_, '_, C> {
     }
 }
 
-#[allow(private_bounds)]
 impl<'v, C: Communicator> Stage<'_, 'v, C> {
     /// Appends a value to the bucket's layout.
     #[inline]
-    pub fn add<T: Bucketable>(&mut self, value: &T) -> SlotIdx
-    where
-        T::Elem: crate::bucket::HasRegion,
-    {
+    pub fn add<T: Bucketable>(&mut self, value: &T) -> SlotIdx {
         self.st.add(value)
     }
 
@@ -371,10 +367,7 @@ impl<'v, C: Communicator> Stage<'_, 'v, C> {
     /// Hands a value to the stage: lent in place to a communicator that reads values in
     /// place, else copied into the flat buffer.
     #[inline]
-    pub fn pack<T: Bucketable>(&mut self, value: &'v T, at: SlotIdx)
-    where
-        T::Elem: crate::bucket::HasRegion,
-    {
+    pub fn pack<T: Bucketable>(&mut self, value: &'v T, at: SlotIdx) {
         if self.comm.reads_in_place() {
             self.st.lend(value, at)
         } else {
@@ -406,10 +399,7 @@ impl<'v, C: Communicator> Stage<'_, 'v, C> {
 
     /// This rank's result for a value: a view into the flat buffer.
     #[inline]
-    pub fn output<T: Bucketable>(&mut self, value: &T, at: SlotIdx) -> T
-    where
-        T::Elem: crate::bucket::HasRegion,
-    {
+    pub fn output<T: Bucketable>(&mut self, value: &T, at: SlotIdx) -> T {
         self.st.output(value, at)
     }
 
