@@ -151,7 +151,7 @@ pub trait Element:
     /// `self / n`, used by `Avg`; rounds toward zero for integers.
     fn div_count(self, n: usize) -> Self;
     /// Wraps a slice of this type for the type-erased communicator interface.
-    fn region_mut(slice: &mut [Self]) -> crate::comm::RegionMut<'_>;
+    fn region_mut(slice: &mut [Self]) -> RegionMut<'_>;
 }
 
 macro_rules! float_element {
@@ -188,8 +188,8 @@ macro_rules! float_element {
             fn div_count(self, n: usize) -> Self {
                 self / n as $t
             }
-            fn region_mut(slice: &mut [Self]) -> crate::comm::RegionMut<'_> {
-                crate::comm::RegionMut::$d(slice)
+            fn region_mut(slice: &mut [Self]) -> RegionMut<'_> {
+                RegionMut::$d(slice)
             }
         }
     };
@@ -230,8 +230,8 @@ macro_rules! half_element {
             fn div_count(self, n: usize) -> Self {
                 Self::from_acc(self.to_acc() / n as f32)
             }
-            fn region_mut(slice: &mut [Self]) -> crate::comm::RegionMut<'_> {
-                crate::comm::RegionMut::$d(slice)
+            fn region_mut(slice: &mut [Self]) -> RegionMut<'_> {
+                RegionMut::$d(slice)
             }
         }
     };
@@ -273,8 +273,8 @@ macro_rules! int_element {
                 // not guaranteed), so divide in i128 and narrow back: exact for every n.
                 (self as i128 / n as i128) as $t
             }
-            fn region_mut(slice: &mut [Self]) -> crate::comm::RegionMut<'_> {
-                crate::comm::RegionMut::$d(slice)
+            fn region_mut(slice: &mut [Self]) -> RegionMut<'_> {
+                RegionMut::$d(slice)
             }
         }
     };
@@ -310,6 +310,40 @@ macro_rules! for_each_dtype {
     };
 }
 pub(crate) use for_each_dtype;
+
+macro_rules! region_mut {
+    ($($d:ident: $t:ty),*) => {
+        /// A mutable, typed slice of one dtype region of a fused stage's flat buffer.
+        #[derive(Debug)]
+        #[non_exhaustive]
+        pub enum RegionMut<'a> {
+            $(
+                #[doc = concat!("A region of `", stringify!($t), "`.")]
+                $d(&'a mut [$t]),
+            )*
+        }
+
+        impl RegionMut<'_> {
+            /// The region's dtype.
+            pub fn dtype(&self) -> DType {
+                match self { $(RegionMut::$d(_) => DType::$d,)* }
+            }
+            /// The region's length in elements.
+            pub fn len(&self) -> usize {
+                match self { $(RegionMut::$d(s) => s.len(),)* }
+            }
+            /// Whether the region is empty.
+            pub fn is_empty(&self) -> bool {
+                self.len() == 0
+            }
+            /// The start of the region, type-erased.
+            pub fn as_mut_ptr(&mut self) -> *mut u8 {
+                match self { $(RegionMut::$d(s) => s.as_mut_ptr().cast(),)* }
+            }
+        }
+    };
+}
+for_each_dtype!(region_mut);
 
 /// Runs `$body` with the type alias `$E` bound to the Rust type of `$dtype`.
 macro_rules! with_dtype {

@@ -9,6 +9,8 @@ pub mod comm;
 mod element;
 mod error;
 mod exec;
+#[cfg(feature = "nccl")]
+mod gpu;
 mod method;
 #[cfg(feature = "nccl")]
 pub mod nccl;

@@ -4,16 +4,15 @@
 //! What can go into a bucket is [`Bucketable`]; [`Gather`] and [`Scatter`] add what
 //! `allgather` and `reducescatter` need to build a result of another length
 //! (`traits.rs`). `region.rs` lays the values out, `stage.rs` drives a stage through its
-//! sequence, and `device.rs` is its device mode.
+//! sequence, and `device.rs` is its device mode
+//! (`no_device.rs` without a GPU backend).
 
-#[cfg(feature = "nccl")]
+#[cfg_attr(not(feature = "nccl"), path = "no_device.rs")]
 mod device;
 mod region;
 mod stage;
 mod traits;
 
-#[cfg(feature = "nccl")]
-pub(crate) use device::DevRegion;
 pub use region::SlotIdx;
 pub use stage::FusedStage;
 pub use traits::{Bucketable, Gather, Reduced, Scatter};

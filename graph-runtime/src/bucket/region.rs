@@ -23,10 +23,8 @@ pub(crate) struct Region<E> {
     pub(super) host_values: bool,
     /// Whether a value of this execution is on a GPU (even an empty one: its result must
     /// be on the GPU too).
-    #[cfg_attr(not(feature = "nccl"), allow(dead_code))]
     pub(super) device_values: bool,
     /// Device mode: the flat buffer on the actor's GPU. Reused like `buf`.
-    #[cfg(feature = "nccl")]
     pub(super) dev: Option<Arc<Storage<E>>>,
 }
 
@@ -38,7 +36,6 @@ impl<E: Element> Region<E> {
             len: 0,
             host_values: false,
             device_values: false,
-            #[cfg(feature = "nccl")]
             dev: None,
         }
     }
@@ -81,13 +78,11 @@ impl<E: Element> Region<E> {
         len: usize,
         f: impl FnOnce(Reduced<'_, E>) -> R,
     ) -> R {
-        #[cfg(feature = "nccl")]
         if device {
             if let Some(buf) = self.dev.as_ref().filter(|b| offset + len <= b.len()) {
                 return f(Reduced { buf, offset, len });
             }
         }
-        let _ = device;
         self.result(offset, len, f)
     }
 

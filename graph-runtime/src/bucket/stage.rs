@@ -1,6 +1,7 @@
 //! [`FusedStage`]: one fused collective stage on one rank, driven in a fixed sequence
 //! (begin, add, prepare, pack, run, output) and kept across executions.
 
+use super::device::{device_of, on_device, Device};
 use super::region::{Region, Regions, SlotIdx};
 use super::{Bucketable, Gather, Scatter};
 use crate::comm::{
@@ -8,17 +9,6 @@ use crate::comm::{
     Status,
 };
 use crate::{DType, Element, Error};
-
-/// Whether a value lives on a GPU.
-fn on_device<T: Bucketable>(value: &T) -> bool {
-    #[cfg(feature = "nccl")]
-    return value.device_elements().is_some();
-    #[cfg(not(feature = "nccl"))]
-    {
-        let _ = value;
-        false
-    }
-}
 
 /// Where a fused stage is in its sequence (see [`FusedStage`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,8 +64,7 @@ pub struct FusedStage {
     pub(super) failed: Option<Error>,
     /// Device mode (the communicator runs on a GPU): the actor's device. Set by
     /// `prepare_device`, cleared by `prepare`.
-    #[cfg(feature = "nccl")]
-    pub(super) device: Option<crate::nccl::Device>,
+    pub(super) device: Option<Device>,
     /// Where each slot's elements are for this execution (see [`Header::data`]): packed
     /// into our region (an entry that holds no pointer, so the region may be borrowed
     /// mutably again), or lent by the value. Lent entries are set only by `Stage::pack`,
@@ -105,7 +94,6 @@ impl FusedStage {
             places: Vec::new(),
             handed: 0,
             failed: None,
-            #[cfg(feature = "nccl")]
             device: None,
             data: Vec::new(),
             inputs: Regions::new(),
@@ -221,13 +209,20 @@ impl FusedStage {
         true
     }
 
+    /// [`prepare`](Self::prepare) in `comm`'s memory: on its GPU when it has the device
+    /// capability (device mode), else on the host.
+    #[inline]
+    pub(crate) fn prepare_on<C: Communicator>(&mut self, comm: &mut C) {
+        match device_of(comm) {
+            Some(device) => self.prepare_device(device),
+            None => self.prepare(),
+        }
+    }
+
     /// Takes the flat buffers for this layout (reusing last execution's where no view of
     /// them is alive).
     pub fn prepare(&mut self) {
-        #[cfg(feature = "nccl")]
-        {
-            self.device = None;
-        }
+        self.device = None;
         if self.end_layout() {
             self.inputs.prepare();
         }
@@ -261,7 +256,6 @@ impl FusedStage {
         if !self.hand::<T::Elem>(at) {
             return;
         }
-        #[cfg(feature = "nccl")]
         if self.device.is_some() {
             return self.pack_device(value, at);
         }
@@ -294,7 +288,6 @@ impl FusedStage {
         if at.device {
             return self.pack(value, at);
         }
-        #[cfg(feature = "nccl")]
         if self.device.is_some() {
             return self.pack(value, at);
         }
@@ -346,7 +339,6 @@ impl FusedStage {
         self.rank = comm.rank();
         self.ranks = comm.size();
         self.end_packing();
-        #[cfg(feature = "nccl")]
         if self.device.is_some() {
             return self.run_device(comm, collective, group);
         }

@@ -357,11 +357,7 @@ impl<'v, C: Communicator> Stage<'_, 'v, C> {
     /// Takes the flat buffers for the layout.
     #[inline]
     pub fn prepare(&mut self) {
-        #[cfg(feature = "nccl")]
-        if let Some(device) = self.comm.nccl().and_then(|c| c.device()) {
-            return self.st.prepare_device(device);
-        }
-        self.st.prepare()
+        self.st.prepare_on(self.comm)
     }
 
     /// Hands a value to the stage: lent in place to a communicator that reads values in

@@ -6,8 +6,7 @@ use std::ffi::c_int;
 use cudarc::nccl::result::{self as nccl, NcclError};
 use cudarc::nccl::sys;
 
-use crate::bucket::DevRegion;
-use crate::comm::{Collective, Header, StageError};
+use crate::comm::{Collective, DevRegion, Header, StageError};
 use crate::{DType, Error, ReduceOp};
 
 /// An NCCL communicator handle, until aborted.

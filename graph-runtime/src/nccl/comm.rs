@@ -12,12 +12,12 @@ use cudarc::nccl::sys;
 
 use super::agree::Board;
 use super::calls::{nccl_err, nccl_stage_err, queue_ops, RawComm};
-use super::device::share_pool_with_peers;
-use super::{alloc_zeros, gpu, set_current, Device};
-use crate::bucket::DevRegion;
+use super::pool::share_pool_with_peers;
 use crate::comm::{
-    AbortHandle, Collective, Communicator, Disagreement, Header, RegionMut, StageError,
+    AbortHandle, Collective, Communicator, DevRegion, DeviceComm, Disagreement, Header, RegionMut,
+    StageError,
 };
+use crate::gpu::{alloc_zeros, gpu, set_current, Device};
 use crate::{DType, Error, ReduceOp};
 
 /// What the ranks of one group share.
@@ -138,20 +138,6 @@ impl NcclComm {
         })
     }
 
-    /// Runs a stage whose regions are on this rank's GPU (the fused stage's device mode):
-    /// agreement, then one NCCL group over every region. Returns once the work is queued
-    /// on the stream; [`wait`](Self::wait) waits for it.
-    pub(crate) fn stage_device(
-        &mut self,
-        header: &Header<'_>,
-        collective: Collective,
-        ins: &[DevRegion],
-        outs: &[DevRegion],
-    ) -> Result<(), StageError> {
-        let r = self.stage_device_inner(header, collective, ins, outs);
-        self.settle(r)
-    }
-
     fn stage_device_inner(
         &mut self,
         header: &Header<'_>,
@@ -181,13 +167,6 @@ impl NcclComm {
             self.shared.async_failed.store(true, SeqCst);
             StageError::Comm(e)
         })
-    }
-
-    /// Waits for the work queued on this rank's stream; gives up with
-    /// [`StageError::Aborted`] if the group is aborted meanwhile.
-    pub(crate) fn wait(&mut self) -> Result<(), StageError> {
-        let r = self.wait_inner();
-        self.settle(r)
     }
 
     /// A CUDA or NCCL failure on one rank leaves its NCCL calls out of step with its
@@ -470,8 +449,33 @@ impl Communicator for NcclComm {
         })
     }
 
-    fn nccl(&mut self) -> Option<&mut NcclComm> {
+    fn device_comm(&mut self) -> Option<&mut dyn DeviceComm> {
         Some(self)
+    }
+}
+
+/// The fused stage's device mode: regions on this rank's GPU.
+impl DeviceComm for NcclComm {
+    fn device(&self) -> Option<&Device> {
+        NcclComm::device(self)
+    }
+
+    /// Agreement, then one NCCL group over every region; returns once the work is
+    /// queued on the stream.
+    fn stage_device(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        ins: &[DevRegion],
+        outs: &[DevRegion],
+    ) -> Result<(), StageError> {
+        let r = self.stage_device_inner(header, collective, ins, outs);
+        self.settle(r)
+    }
+
+    fn wait(&mut self) -> Result<(), StageError> {
+        let r = self.wait_inner();
+        self.settle(r)
     }
 }
 
