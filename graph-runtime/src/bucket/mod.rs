@@ -9,6 +9,8 @@
 
 #[cfg_attr(not(feature = "nccl"), path = "no_device.rs")]
 mod device;
+#[cfg(all(test, not(loom)))]
+mod proptests;
 mod region;
 mod stage;
 mod traits;

@@ -749,6 +749,3 @@ pub trait Backend {
     /// Creates `size` connected endpoints, indexed by rank.
     fn communicators(&self, size: usize) -> Result<Vec<Self::Comm>, Error>;
 }
-
-#[cfg(all(test, not(loom)))]
-mod proptests;

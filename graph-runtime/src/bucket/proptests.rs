@@ -11,7 +11,7 @@
 use half::{bf16, f16};
 use proptest::prelude::*;
 
-use crate::bucket::{FusedStage, SlotIdx};
+use super::{FusedStage, SlotIdx};
 use crate::comm::reduce::BLOCK;
 use crate::comm::{reduce_reference, Backend, Collective, CpuComm};
 use crate::{Cpu, DType, Element, ReduceOp, Tensor};
