@@ -257,7 +257,9 @@ impl<C: Communicator> StepCtx<C> {
     /// schedule order: joins each stage as failed (its peers skip the payload), sends a
     /// failure marker on each edge this rank produces, and takes and drops each value it
     /// was due. Following the schedule's order is what keeps the failure path as free of
-    /// deadlocks as the normal one (see the schedule in `graph!`'s codegen).
+    /// deadlocks as the normal one: every actor runs its synchronizations in one global
+    /// order, which the macro's scheduler (`graph-macros/src/graph/schedule.rs`) fixes at
+    /// compile time.
     fn drain(&mut self) {
         let (rank, round) = (self.rank, self.round);
         let activity = &self.activity[rank].0;
