@@ -2,83 +2,68 @@
 
 use std::fmt;
 
-use half::{bf16, f16};
-
-/// The element type of a tensor, known at run time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[non_exhaustive]
-pub enum DType {
-    /// [`half::f16`], IEEE 754 binary16.
-    F16,
-    /// [`half::bf16`], bfloat16.
-    BF16,
-    /// `f32`
-    F32,
-    /// `f64`
-    F64,
-    /// `i8`
-    I8,
-    /// `u8`
-    U8,
-    /// `i32`
-    I32,
-    /// `u32`
-    U32,
-    /// `i64`
-    I64,
-    /// `u64`
-    U64,
-}
-
-impl DType {
-    /// Every dtype, in the order regions of a fused stage are laid out.
-    pub const ALL: [DType; 10] = [
-        DType::F16,
-        DType::BF16,
-        DType::F32,
-        DType::F64,
-        DType::I8,
-        DType::U8,
-        DType::I32,
-        DType::U32,
-        DType::I64,
-        DType::U64,
-    ];
-
-    /// Number of dtypes.
-    pub const COUNT: usize = Self::ALL.len();
-
-    /// Size of one element in bytes.
-    pub const fn size(self) -> usize {
-        match self {
-            DType::I8 | DType::U8 => 1,
-            DType::F16 | DType::BF16 => 2,
-            DType::F32 | DType::I32 | DType::U32 => 4,
-            DType::F64 | DType::I64 | DType::U64 => 8,
+/// The element types, once: every per-dtype item of the crate is generated from this list
+/// (the `DType` enum and its tables, the `Element` impls, `with_dtype!`, `RegionMut`, the
+/// regions of a fused stage, the scalar `Bucketable` impls, the NCCL type mapping).
+///
+/// Calls `$m!` with `$arg` (if given, one token tree), then one `Variant: type [name,
+/// kind, doc]` entry per dtype, in `DType::ALL` order; `kind` is how `Element` computes on
+/// it (`float`, `half`: through `f32`, or `int`: wrapping).
+macro_rules! for_each_dtype {
+    // `$m` as tokens, not a `path` fragment: a fragment followed by `!` is no macro call
+    // in expression position.
+    ($($m:ident)::+ $(, $arg:tt)?) => {
+        $($m)::+! {
+            $($arg)?
+            F16: half::f16 ["f16", half, "[`half::f16`], IEEE 754 binary16."],
+            BF16: half::bf16 ["bf16", half, "[`half::bf16`], bfloat16."],
+            F32: f32 ["f32", float, "`f32`"],
+            F64: f64 ["f64", float, "`f64`"],
+            I8: i8 ["i8", int, "`i8`"],
+            U8: u8 ["u8", int, "`u8`"],
+            I32: i32 ["i32", int, "`i32`"],
+            U32: u32 ["u32", int, "`u32`"],
+            I64: i64 ["i64", int, "`i64`"],
+            U64: u64 ["u64", int, "`u64`"]
         }
-    }
-
-    /// Position of this dtype in [`DType::ALL`].
-    pub const fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The Rust name of the element type.
-    pub const fn name(self) -> &'static str {
-        match self {
-            DType::F16 => "f16",
-            DType::BF16 => "bf16",
-            DType::F32 => "f32",
-            DType::F64 => "f64",
-            DType::I8 => "i8",
-            DType::U8 => "u8",
-            DType::I32 => "i32",
-            DType::U32 => "u32",
-            DType::I64 => "i64",
-            DType::U64 => "u64",
-        }
-    }
+    };
 }
+pub(crate) use for_each_dtype;
+
+macro_rules! dtype {
+    ($($d:ident: $t:ty [$name:literal, $kind:ident, $doc:literal]),*) => {
+        /// The element type of a tensor, known at run time.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum DType {
+            $(#[doc = $doc] $d,)*
+        }
+
+        impl DType {
+            /// Every dtype, in the order regions of a fused stage are laid out.
+            pub const ALL: [DType; DType::COUNT] = [$(DType::$d),*];
+
+            /// Number of dtypes.
+            pub const COUNT: usize = [$(DType::$d),*].len();
+
+            /// Size of one element in bytes.
+            pub const fn size(self) -> usize {
+                match self { $(DType::$d => std::mem::size_of::<$t>(),)* }
+            }
+
+            /// Position of this dtype in [`DType::ALL`].
+            pub const fn index(self) -> usize {
+                self as usize
+            }
+
+            /// The Rust name of the element type.
+            pub const fn name(self) -> &'static str {
+                match self { $(DType::$d => $name,)* }
+            }
+        }
+    };
+}
+for_each_dtype!(dtype);
 
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -154,165 +139,119 @@ pub trait Element:
     fn region_mut(slice: &mut [Self]) -> RegionMut<'_>;
 }
 
-macro_rules! float_element {
-    ($t:ty, $d:ident) => {
+/// The `Element` impls. Every kind of element shares the skeleton; `@ops` is what differs.
+macro_rules! element {
+    ($($d:ident: $t:ty [$name:literal, $kind:ident, $doc:literal]),*) => {$(
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$d;
-            type Acc = $t;
-            #[inline(always)]
-            fn to_acc(self) -> Self {
-                self
-            }
-            #[inline(always)]
-            fn from_acc(acc: Self) -> Self {
-                acc
-            }
-            #[inline(always)]
-            fn add(self, o: Self) -> Self {
-                self + o
-            }
-            #[inline(always)]
-            fn mul(self, o: Self) -> Self {
-                self * o
-            }
-            #[inline(always)]
-            fn min(self, o: Self) -> Self {
-                <$t>::min(self, o)
-            }
-            #[inline(always)]
-            fn max(self, o: Self) -> Self {
-                <$t>::max(self, o)
-            }
-            #[inline(always)]
-            fn div_count(self, n: usize) -> Self {
-                self / n as $t
-            }
+            element!(@ops $kind $t);
             fn region_mut(slice: &mut [Self]) -> RegionMut<'_> {
                 RegionMut::$d(slice)
             }
         }
+    )*};
+    (@ops float $t:ty) => {
+        type Acc = $t;
+        #[inline(always)]
+        fn to_acc(self) -> Self {
+            self
+        }
+        #[inline(always)]
+        fn from_acc(acc: Self) -> Self {
+            acc
+        }
+        #[inline(always)]
+        fn add(self, o: Self) -> Self {
+            self + o
+        }
+        #[inline(always)]
+        fn mul(self, o: Self) -> Self {
+            self * o
+        }
+        #[inline(always)]
+        fn min(self, o: Self) -> Self {
+            <$t>::min(self, o)
+        }
+        #[inline(always)]
+        fn max(self, o: Self) -> Self {
+            <$t>::max(self, o)
+        }
+        #[inline(always)]
+        fn div_count(self, n: usize) -> Self {
+            self / n as $t
+        }
     };
-}
-
-/// 16-bit floats: every op goes through `f32` and rounds once.
-macro_rules! half_element {
-    ($t:ty, $d:ident) => {
-        impl sealed::Sealed for $t {}
-        impl Element for $t {
-            const DTYPE: DType = DType::$d;
-            type Acc = f32;
-            #[inline(always)]
-            fn to_acc(self) -> f32 {
-                self.to_f32()
-            }
-            #[inline(always)]
-            fn from_acc(acc: f32) -> Self {
-                <$t>::from_f32(acc)
-            }
-            #[inline(always)]
-            fn add(self, o: Self) -> Self {
-                Self::from_acc(self.to_acc() + o.to_acc())
-            }
-            #[inline(always)]
-            fn mul(self, o: Self) -> Self {
-                Self::from_acc(self.to_acc() * o.to_acc())
-            }
-            #[inline(always)]
-            fn min(self, o: Self) -> Self {
-                Self::from_acc(self.to_acc().min(o.to_acc()))
-            }
-            #[inline(always)]
-            fn max(self, o: Self) -> Self {
-                Self::from_acc(self.to_acc().max(o.to_acc()))
-            }
-            #[inline(always)]
-            fn div_count(self, n: usize) -> Self {
-                Self::from_acc(self.to_acc() / n as f32)
-            }
-            fn region_mut(slice: &mut [Self]) -> RegionMut<'_> {
-                RegionMut::$d(slice)
-            }
+    // 16-bit floats: every op goes through `f32` and rounds once.
+    (@ops half $t:ty) => {
+        type Acc = f32;
+        #[inline(always)]
+        fn to_acc(self) -> f32 {
+            self.to_f32()
+        }
+        #[inline(always)]
+        fn from_acc(acc: f32) -> Self {
+            <$t>::from_f32(acc)
+        }
+        #[inline(always)]
+        fn add(self, o: Self) -> Self {
+            Self::from_acc(self.to_acc() + o.to_acc())
+        }
+        #[inline(always)]
+        fn mul(self, o: Self) -> Self {
+            Self::from_acc(self.to_acc() * o.to_acc())
+        }
+        #[inline(always)]
+        fn min(self, o: Self) -> Self {
+            Self::from_acc(self.to_acc().min(o.to_acc()))
+        }
+        #[inline(always)]
+        fn max(self, o: Self) -> Self {
+            Self::from_acc(self.to_acc().max(o.to_acc()))
+        }
+        #[inline(always)]
+        fn div_count(self, n: usize) -> Self {
+            Self::from_acc(self.to_acc() / n as f32)
+        }
+    };
+    (@ops int $t:ty) => {
+        type Acc = $t;
+        #[inline(always)]
+        fn to_acc(self) -> Self {
+            self
+        }
+        #[inline(always)]
+        fn from_acc(acc: Self) -> Self {
+            acc
+        }
+        #[inline(always)]
+        fn add(self, o: Self) -> Self {
+            self.wrapping_add(o)
+        }
+        #[inline(always)]
+        fn mul(self, o: Self) -> Self {
+            self.wrapping_mul(o)
+        }
+        #[inline(always)]
+        fn min(self, o: Self) -> Self {
+            Ord::min(self, o)
+        }
+        #[inline(always)]
+        fn max(self, o: Self) -> Self {
+            Ord::max(self, o)
+        }
+        #[inline(always)]
+        fn div_count(self, n: usize) -> Self {
+            // A group never has more ranks than the type can count (n <= 128 for i8 is
+            // not guaranteed), so divide in i128 and narrow back: exact for every n.
+            (self as i128 / n as i128) as $t
         }
     };
 }
-
-macro_rules! int_element {
-    ($t:ty, $d:ident) => {
-        impl sealed::Sealed for $t {}
-        impl Element for $t {
-            const DTYPE: DType = DType::$d;
-            type Acc = $t;
-            #[inline(always)]
-            fn to_acc(self) -> Self {
-                self
-            }
-            #[inline(always)]
-            fn from_acc(acc: Self) -> Self {
-                acc
-            }
-            #[inline(always)]
-            fn add(self, o: Self) -> Self {
-                self.wrapping_add(o)
-            }
-            #[inline(always)]
-            fn mul(self, o: Self) -> Self {
-                self.wrapping_mul(o)
-            }
-            #[inline(always)]
-            fn min(self, o: Self) -> Self {
-                Ord::min(self, o)
-            }
-            #[inline(always)]
-            fn max(self, o: Self) -> Self {
-                Ord::max(self, o)
-            }
-            #[inline(always)]
-            fn div_count(self, n: usize) -> Self {
-                // A group never has more ranks than the type can count (n <= 128 for i8 is
-                // not guaranteed), so divide in i128 and narrow back: exact for every n.
-                (self as i128 / n as i128) as $t
-            }
-            fn region_mut(slice: &mut [Self]) -> RegionMut<'_> {
-                RegionMut::$d(slice)
-            }
-        }
-    };
-}
-
-half_element!(f16, F16);
-half_element!(bf16, BF16);
-float_element!(f32, F32);
-float_element!(f64, F64);
-int_element!(i8, I8);
-int_element!(u8, U8);
-int_element!(i32, I32);
-int_element!(u32, U32);
-int_element!(i64, I64);
-int_element!(u64, U64);
-
-/// Calls `$m!` with every dtype and its Rust type, `Variant: type` pairs in `DType::ALL`
-/// order: the one list that the per-dtype structures are generated from.
-macro_rules! for_each_dtype {
-    ($m:ident) => {
-        $m!(
-            F16: half::f16,
-            BF16: half::bf16,
-            F32: f32,
-            F64: f64,
-            I8: i8,
-            U8: u8,
-            I32: i32,
-            U32: u32,
-            I64: i64,
-            U64: u64
-        );
-    };
-}
-pub(crate) use for_each_dtype;
+for_each_dtype!(element);
 
 macro_rules! region_mut {
-    ($($d:ident: $t:ty),*) => {
+    ($($d:ident: $t:ty [$($info:tt)*]),*) => {
         /// A mutable, typed slice of one dtype region of a fused stage's flat buffer.
         #[derive(Debug)]
         #[non_exhaustive]
@@ -347,49 +286,17 @@ for_each_dtype!(region_mut);
 
 /// Runs `$body` with the type alias `$E` bound to the Rust type of `$dtype`.
 macro_rules! with_dtype {
-    ($dtype:expr, $E:ident => $body:expr) => {
+    // The arms, from `for_each_dtype!` (first: its input would not parse as the other's).
+    ((@arms ($dtype:expr) $E:ident ($body:expr)) $($d:ident: $t:ty [$($info:tt)*]),*) => {
         match $dtype {
-            $crate::DType::F16 => {
-                type $E = ::half::f16;
+            $($crate::DType::$d => {
+                type $E = $t;
                 $body
-            }
-            $crate::DType::BF16 => {
-                type $E = ::half::bf16;
-                $body
-            }
-            $crate::DType::F32 => {
-                type $E = f32;
-                $body
-            }
-            $crate::DType::F64 => {
-                type $E = f64;
-                $body
-            }
-            $crate::DType::I8 => {
-                type $E = i8;
-                $body
-            }
-            $crate::DType::U8 => {
-                type $E = u8;
-                $body
-            }
-            $crate::DType::I32 => {
-                type $E = i32;
-                $body
-            }
-            $crate::DType::U32 => {
-                type $E = u32;
-                $body
-            }
-            $crate::DType::I64 => {
-                type $E = i64;
-                $body
-            }
-            $crate::DType::U64 => {
-                type $E = u64;
-                $body
-            }
+            })*
         }
+    };
+    ($dtype:expr, $E:ident => $body:expr) => {
+        $crate::element::for_each_dtype!(crate::element::with_dtype, (@arms ($dtype) $E ($body)))
     };
 }
 pub(crate) use with_dtype;
@@ -397,6 +304,7 @@ pub(crate) use with_dtype;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::{bf16, f16};
 
     #[test]
     fn dtype_order_matches_the_enum() {

@@ -179,7 +179,7 @@ fn missing_buffer() -> Error {
 }
 
 macro_rules! regions_device {
-    ($($field:ident: $t:ty),*) => {
+    ($($field:ident: $t:ty [$($info:tt)*]),*) => {
         impl Regions {
             fn prepare_device(&mut self, device: &Device) -> Result<(), Error> {
                 $(self.$field.prepare_device(device)?;)*

@@ -109,7 +109,7 @@ impl<E: Element> Region<E> {
 }
 
 macro_rules! regions {
-    ($($field:ident: $t:ty),*) => {
+    ($($field:ident: $t:ty [$($info:tt)*]),*) => {
         /// One region per dtype; fields are named after the `DType` variants so that one
         /// list drives both.
         #[allow(non_snake_case)]

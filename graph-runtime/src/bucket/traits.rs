@@ -279,7 +279,7 @@ impl<E: Element> Scatter for Tensor<E> {
 /// collective with "`String` is not an element type" at the macro instead of this trait's
 /// message at the user's value.
 macro_rules! scalar_bucketable {
-    ($($t:ty),*) => {$(
+    ($($d:ident: $t:ty [$($info:tt)*]),*) => {$(
         impl Bucketable for $t {
             type Elem = $t;
             fn bucket_len(&self) -> usize {
@@ -307,7 +307,7 @@ macro_rules! scalar_bucketable {
     )*};
 }
 
-scalar_bucketable!(half::f16, half::bf16, f32, f64, i8, u8, i32, u32, i64, u64);
+crate::element::for_each_dtype!(scalar_bucketable);
 
 /// A vector of elements: copied into the bucket and out of it.
 impl<E: Element> Bucketable for Vec<E> {

@@ -7,6 +7,7 @@ use cudarc::nccl::result::{self as nccl, NcclError};
 use cudarc::nccl::sys;
 
 use crate::comm::{Collective, DevRegion, Header, StageError};
+use crate::element::with_dtype;
 use crate::{DType, Error, ReduceOp};
 
 /// An NCCL communicator handle, until aborted.
@@ -171,19 +172,8 @@ pub(super) fn queue_ops(
 }
 
 fn dtype(d: DType) -> sys::ncclDataType_t {
-    use sys::ncclDataType_t as T;
-    match d {
-        DType::F16 => T::ncclFloat16,
-        DType::BF16 => T::ncclBfloat16,
-        DType::F32 => T::ncclFloat32,
-        DType::F64 => T::ncclFloat64,
-        DType::I8 => T::ncclInt8,
-        DType::U8 => T::ncclUint8,
-        DType::I32 => T::ncclInt32,
-        DType::U32 => T::ncclUint32,
-        DType::I64 => T::ncclInt64,
-        DType::U64 => T::ncclUint64,
-    }
+    use cudarc::nccl::NcclType;
+    with_dtype!(d, E => E::as_nccl_type())
 }
 
 fn red(op: ReduceOp) -> sys::ncclRedOp_t {
