@@ -3,6 +3,8 @@
 mod cpu;
 #[cfg_attr(not(feature = "nccl"), path = "no_device.rs")]
 mod device;
+#[cfg(all(test, loom))]
+mod loom_tests;
 pub(crate) mod reduce;
 
 pub use cpu::{Cpu, CpuComm};
