@@ -63,18 +63,14 @@ impl<E: Element> Region<E> {
     /// The region for the communicator: its device address and length (`None` when
     /// empty). An error if a non-empty region has no unshared buffer: this rank would
     /// issue fewer NCCL calls than its peers.
-    fn dev_region(&mut self, stream: &Arc<CudaStream>) -> Result<Option<DevRegion>, Error> {
+    fn dev_region(&mut self, stream: &Arc<CudaStream>) -> Result<Option<DevRegion<'_>>, Error> {
         let len = self.len;
         if len == 0 {
             return Ok(None);
         }
         let buf = self.dev_mut().ok_or_else(missing_buffer)?;
         let (ptr, _record) = buf.device_ptr_mut(stream);
-        Ok(Some(DevRegion {
-            dtype: E::DTYPE,
-            ptr,
-            len,
-        }))
+        Ok(Some(DevRegion::new(E::DTYPE, ptr, len)))
     }
 
     /// Records that the buffer is written up to this point of the stream (after the
@@ -189,7 +185,7 @@ macro_rules! regions_device {
             fn device_regions(
                 &mut self,
                 stream: &Arc<CudaStream>,
-            ) -> Result<([DevRegion; DType::COUNT], usize), Error> {
+            ) -> Result<([DevRegion<'_>; DType::COUNT], usize), Error> {
                 let mut all = [DevRegion::EMPTY; DType::COUNT];
                 let mut n = 0;
                 $(if let Some(r) = self.$field.dev_region(stream)? {

@@ -5,6 +5,8 @@
 //!
 //! [`Communicator::device_comm`]: super::Communicator::device_comm
 
+use std::marker::PhantomData;
+
 use cudarc::driver::sys::CUdeviceptr;
 
 use super::{Collective, Header, StageError};
@@ -13,22 +15,33 @@ use crate::DType;
 
 /// One dtype region of a fused stage in a GPU's memory, as a device communicator sees it.
 ///
-/// Only a fused stage makes one (from a buffer it allocated on the communicator's
-/// [device](DeviceComm::device), [`len`](Self::len) elements of [`dtype`](Self::dtype)
-/// long), so an implementation may hand its address to the GPU.
+/// Only the crate makes one (a fused stage, from a buffer it allocated on the
+/// communicator's [device](DeviceComm::device), [`len`](Self::len) elements of
+/// [`dtype`](Self::dtype) long), and `'a` is the borrow of that buffer: an implementation
+/// may hand its address to the GPU for the call it got it in, and cannot keep it longer.
 #[derive(Clone, Copy, Debug)]
-pub struct DevRegion {
+pub struct DevRegion<'a> {
     pub(crate) dtype: DType,
     pub(crate) ptr: CUdeviceptr,
     pub(crate) len: usize,
+    _buf: PhantomData<&'a mut [u8]>,
 }
 
-impl DevRegion {
-    pub(crate) const EMPTY: Self = Self {
-        dtype: DType::U8,
-        ptr: 0,
-        len: 0,
-    };
+impl DevRegion<'static> {
+    pub(crate) const EMPTY: Self = Self::new(DType::U8, 0, 0);
+}
+
+impl DevRegion<'_> {
+    /// `len` elements of `dtype` at device address `ptr`, which the caller keeps allocated
+    /// and otherwise unused for `'a`.
+    pub(crate) const fn new(dtype: DType, ptr: CUdeviceptr, len: usize) -> Self {
+        Self {
+            dtype,
+            ptr,
+            len,
+            _buf: PhantomData,
+        }
+    }
 
     /// The element type.
     pub fn dtype(&self) -> DType {
@@ -69,8 +82,8 @@ pub trait DeviceComm {
         &mut self,
         header: &Header<'_>,
         collective: Collective,
-        ins: &[DevRegion],
-        outs: &[DevRegion],
+        ins: &[DevRegion<'_>],
+        outs: &[DevRegion<'_>],
     ) -> Result<(), StageError>;
 
     /// Waits for the work queued by `stage_device`; gives up with

@@ -78,8 +78,8 @@ pub(super) fn queue_ops(
     size: usize,
     header: &Header<'_>,
     collective: Collective,
-    ins: &[DevRegion],
-    outs: &[DevRegion],
+    ins: &[DevRegion<'_>],
+    outs: &[DevRegion<'_>],
 ) -> Result<(), StageError> {
     let err = nccl_stage_err;
     // SAFETY: every call below gets addresses within regions that are live device

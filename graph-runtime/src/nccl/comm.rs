@@ -142,8 +142,8 @@ impl NcclComm {
         &mut self,
         header: &Header<'_>,
         collective: Collective,
-        ins: &[DevRegion],
-        outs: &[DevRegion],
+        ins: &[DevRegion<'_>],
+        outs: &[DevRegion<'_>],
     ) -> Result<(), StageError> {
         self.ready()?;
         self.agree(header, collective)?;
@@ -307,8 +307,8 @@ impl NcclComm {
         &mut self,
         header: &Header<'_>,
         collective: Collective,
-        ins: &[DevRegion],
-        outs: &[DevRegion],
+        ins: &[DevRegion<'_>],
+        outs: &[DevRegion<'_>],
     ) -> Result<(), StageError> {
         let launched = self.launch_here(header, collective, ins, outs);
         self.confirm_launch(launched)
@@ -329,8 +329,8 @@ impl NcclComm {
         &mut self,
         header: &Header<'_>,
         collective: Collective,
-        ins: &[DevRegion],
-        outs: &[DevRegion],
+        ins: &[DevRegion<'_>],
+        outs: &[DevRegion<'_>],
     ) -> Result<(), StageError> {
         let (size, round) = (self.size, self.round);
         let a = self.attached()?;
@@ -466,8 +466,8 @@ impl DeviceComm for NcclComm {
         &mut self,
         header: &Header<'_>,
         collective: Collective,
-        ins: &[DevRegion],
-        outs: &[DevRegion],
+        ins: &[DevRegion<'_>],
+        outs: &[DevRegion<'_>],
     ) -> Result<(), StageError> {
         let r = self.stage_device_inner(header, collective, ins, outs);
         self.settle(r)
@@ -487,11 +487,7 @@ impl NcclComm {
         let a = self.attached()?;
         let stream = Arc::clone(a.device.stream());
         let ptr = a.warm.device_ptr_mut(&stream).0;
-        let region = DevRegion {
-            dtype: DType::U8,
-            ptr,
-            len: 1,
-        };
+        let region = DevRegion::new(DType::U8, ptr, 1);
         let empty = Header {
             status: crate::comm::Status::Ok,
             slots: &[],
@@ -506,13 +502,15 @@ impl NcclComm {
 }
 
 impl Attached {
-    /// Copies host region `r` (if `upload`) to scratch buffer `i`, which it sizes.
+    /// Copies host region `r` (if `upload`) to scratch buffer `i`, which it sizes. The
+    /// region stays valid until the next stage resizes the buffer: `stage_host` uses it
+    /// only before then.
     fn upload_scratch(
         &mut self,
         i: usize,
         r: &mut RegionMut<'_>,
         upload: bool,
-    ) -> Result<DevRegion, StageError> {
+    ) -> Result<DevRegion<'static>, StageError> {
         let stream = Arc::clone(self.device.stream());
         let bytes = host_bytes(r);
         let need = bytes.len().max(1);
@@ -533,11 +531,7 @@ impl Attached {
                 .map_err(|e| StageError::Comm(gpu("cuMemcpyHtoD")(e)))?;
         }
         let (ptr, _record) = dev.device_ptr_mut(&stream);
-        Ok(DevRegion {
-            dtype: r.dtype(),
-            ptr,
-            len: r.len(),
-        })
+        Ok(DevRegion::new(r.dtype(), ptr, r.len()))
     }
 
     /// Copies scratch buffer `i` back to host region `r`.
