@@ -16,7 +16,7 @@ pub(crate) struct Region<E> {
     /// Rank 0's buffer, when the communicator wrote this stage's results there for every
     /// rank (see `Communicator::shares_results`); outputs then view it instead of `buf`.
     /// Dropped as soon as the outputs are made, so that rank 0 can reuse it.
-    pub(super) shared: Option<Arc<Storage<E>>>,
+    shared: Option<Arc<Storage<E>>>,
     pub(super) len: usize,
     /// Whether a value of this execution is in host memory. In device mode, `buf` then
     /// stages those values (and their results) on the host.
@@ -87,12 +87,7 @@ impl<E: Element> Region<E> {
     }
 
     /// `len` elements at `offset` of the buffer, for a value's result.
-    pub(super) fn result<R>(
-        &self,
-        offset: usize,
-        len: usize,
-        f: impl FnOnce(Reduced<'_, E>) -> R,
-    ) -> R {
+    fn result<R>(&self, offset: usize, len: usize, f: impl FnOnce(Reduced<'_, E>) -> R) -> R {
         match self.shared.as_ref().or(self.buf.as_ref()) {
             Some(buf) if offset + len <= buf.len() => f(Reduced { buf, offset, len }),
             // Only empty regions have no buffer: hand out an empty view.

@@ -12,7 +12,7 @@ use crate::{DType, Element, Error};
 
 /// Where a fused stage is in its sequence (see [`FusedStage`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Phase {
+enum Phase {
     /// Between executions: `begin` comes next.
     Idle,
     /// Laying out: `add`s, then `prepare`.
@@ -29,7 +29,7 @@ pub(super) enum Phase {
 pub(super) struct Place {
     pub(super) idx: SlotIdx,
     pub(super) dtype: DType,
-    pub(super) handed: bool,
+    handed: bool,
 }
 
 /// The state of one fused collective stage on one rank, kept across executions.
@@ -49,8 +49,8 @@ pub struct FusedStage {
     pub(super) name: &'static str,
     /// The names of the stage's values as written in the graph, by slot (empty when not
     /// known).
-    pub(super) values: &'static [&'static str],
-    pub(super) phase: Phase,
+    values: &'static [&'static str],
+    phase: Phase,
     pub(super) slots: Vec<SlotDesc>,
     /// The shapes of the values, back to back (see [`Header::dims`]).
     pub(super) dims: Vec<usize>,
@@ -70,14 +70,14 @@ pub struct FusedStage {
     /// mutably again), or lent by the value. Lent entries are set only by `Stage::pack`,
     /// whose borrow keeps the value alive until the `Stage` is dropped; every later use
     /// of this stage starts with `begin`, which clears them.
-    pub(super) data: Vec<SlotData<'static>>,
+    data: Vec<SlotData<'static>>,
     /// The packed inputs; the in-place collectives leave their results here.
     pub(super) inputs: Regions,
     /// The results of `allgather` and `reducescatter`, whose lengths differ from the
     /// inputs'. Reused like the inputs: only while no view of them is alive.
     pub(super) outputs: Regions,
     /// This rank and the group's size, as of the last `run`.
-    pub(super) rank: usize,
+    rank: usize,
     pub(super) ranks: usize,
     /// The execution this stage last took part in (see `StepCtx::drain`).
     pub(crate) last_round: u64,
@@ -128,7 +128,7 @@ impl FusedStage {
 
     /// Notes a call out of order, for `run` to report (the first one).
     #[cold]
-    pub(super) fn misuse(&mut self, what: std::fmt::Arguments<'_>) {
+    fn misuse(&mut self, what: std::fmt::Arguments<'_>) {
         if self.failed.is_none() {
             self.failed = Some(Error::Backend(format!(
                 "stage `{}`: {what} (a fused stage runs begin, add, prepare, pack, run, \
