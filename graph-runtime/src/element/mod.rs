@@ -71,15 +71,11 @@ impl fmt::Display for DType {
     }
 }
 
+#[cfg_attr(not(feature = "nccl"), path = "no_device.rs")]
+mod device;
+
 mod sealed {
-    #[cfg(not(feature = "nccl"))]
-    pub trait Sealed {}
-    /// With the NCCL backend, every element type can live on a GPU and go through NCCL.
-    #[cfg(feature = "nccl")]
-    pub trait Sealed:
-        cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits + cudarc::nccl::NcclType
-    {
-    }
+    pub trait Sealed: super::device::OnDevice {}
 }
 
 /// A scalar type that tensors hold and collectives reduce.
