@@ -87,7 +87,7 @@ pub(super) fn queue_ops(
     // stage (or the communicator's scratch buffers) for the whole execution and freed
     // only on this stream, so after these calls complete. Offsets stay within the
     // regions: every rank agreed on the layout, the regions were checked against it
-    // (`regions_fit` for host stages; a device stage's regions are sized from it) and
+    // (`regions_fit`, for host and device stages alike) and
     // `Collective::output_len` sized the outputs. Aliasing: nothing on the host touches
     // these buffers (the fused stage holds them uniquely while it runs, and hands out
     // views only after); on the device, the in-place calls pass one pointer as input and

@@ -146,7 +146,10 @@ impl NcclComm {
         outs: &[DevRegion<'_>],
     ) -> Result<(), StageError> {
         self.ready()?;
-        self.agree(header, collective)?;
+        // `DeviceComm` is public: the regions may come from anywhere the crate made one,
+        // so they are checked against the header like a host stage's.
+        let lens = |rs: &[DevRegion<'_>]| region_lens(rs.iter().map(|r| (r.dtype, r.len)));
+        self.agree_if_fit(header, collective, lens(ins), lens(outs))?;
         self.launch(header, collective, ins, outs)
     }
 
@@ -248,14 +251,8 @@ impl NcclComm {
         outputs: &mut [RegionMut<'_>],
     ) -> Result<(), StageError> {
         self.ready()?;
-        // Regions that do not match the header would have NCCL run past them: this rank
-        // takes part as failed, so that every rank skips the stage.
-        let fits = regions_fit(header, collective, self.size, regions, outputs);
-        if let Err(why) = &fits {
-            let _ = self.agree(&Header::FAILED, collective);
-            return Err(StageError::Disagreed(why.clone()));
-        }
-        self.agree(header, collective)?;
+        let lens = |rs: &[RegionMut<'_>]| region_lens(rs.iter().map(|r| (r.dtype(), r.len())));
+        self.agree_if_fit(header, collective, lens(regions), lens(outputs))?;
         if regions.is_empty() {
             return Ok(());
         }
@@ -289,6 +286,23 @@ impl NcclComm {
             }
         }
         Ok(())
+    }
+
+    /// The agreement, when the regions (dtype, length) are what `header` lays out.
+    /// Regions that do not match it would have NCCL run past them: this rank then takes
+    /// part as failed, so that every rank skips the stage.
+    fn agree_if_fit(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        regions: RegionLens,
+        outputs: RegionLens,
+    ) -> Result<(), StageError> {
+        if let Err(why) = regions_fit(header, collective, self.size, &regions, &outputs) {
+            let _ = self.agree(&Header::FAILED, collective);
+            return Err(StageError::Disagreed(why));
+        }
+        self.agree(header, collective)
     }
 
     /// The failure model's header agreement, on the host (see `agree.rs`).
@@ -551,6 +565,20 @@ impl Attached {
     }
 }
 
+/// The length of a stage's region of each dtype, by dtype index (`None`: no region).
+type RegionLens = [Option<usize>; DType::COUNT];
+
+/// The [`RegionLens`] of regions given as (dtype, length).
+fn region_lens(regions: impl Iterator<Item = (DType, usize)>) -> RegionLens {
+    let mut got = [None; DType::COUNT];
+    for (dtype, len) in regions {
+        let at = &mut got[dtype.index()];
+        // A dtype passed twice never fits.
+        *at = Some(if at.is_none() { len } else { usize::MAX });
+    }
+    got
+}
+
 /// Whether `regions` and `outputs` are what `header` lays out: one region per dtype that
 /// has elements, as long as its slots add up to, and an output of each for a collective
 /// that has outputs, [`Collective::output_len`] long.
@@ -558,29 +586,19 @@ fn regions_fit(
     header: &Header<'_>,
     collective: Collective,
     size: usize,
-    regions: &[RegionMut<'_>],
-    outputs: &[RegionMut<'_>],
+    regions: &RegionLens,
+    outputs: &RegionLens,
 ) -> Result<(), Disagreement> {
     let mut want = [0usize; DType::COUNT];
     for s in header.slots {
         let sum = &mut want[s.dtype.index()];
         *sum = sum.saturating_add(s.len);
     }
-    let lens = |rs: &[RegionMut<'_>]| {
-        let mut got = [None; DType::COUNT];
-        for r in rs {
-            let at = &mut got[r.dtype().index()];
-            // A dtype passed twice never fits.
-            *at = Some(if at.is_none() { r.len() } else { usize::MAX });
-        }
-        got
-    };
-    let (ins, outs) = (lens(regions), lens(outputs));
     for d in DType::ALL {
         let len = want[d.index()];
         let out_len = collective.output_len(len, size).filter(|_| len > 0);
         let need = |n: usize| (n > 0).then_some(n);
-        if ins[d.index()] != need(len) || outs[d.index()] != out_len.and_then(need) {
+        if regions[d.index()] != need(len) || outputs[d.index()] != out_len.and_then(need) {
             return Err(Disagreement::Buffers {
                 reason: format!("this rank's {d} regions do not match its header ({len} elements)"),
             });
