@@ -1,4 +1,5 @@
-//! Communicators: what a fused stage asks of a backend, and the CPU implementation.
+//! Communicators: what a fused stage asks of a backend (and, of one whose collectives run
+//! over a GPU's memory, [`DeviceComm`]), and the CPU implementation.
 
 mod cpu;
 #[cfg_attr(not(feature = "nccl"), path = "no_device.rs")]
