@@ -3,8 +3,8 @@
 # Borrows (Miri's default) and once with Tree Borrows, both with strict provenance.
 #
 # What runs (about 5 minutes on a 2-core machine, 7 with a cold build; `.ci/run` calls this):
-#   - the unit tests of graph-runtime's tensor, bucket (the fused stage), comm (the CPU
-#     communicator, its kernels, and the property tests with PROPTEST_CASES cases),
+#   - the unit tests of graph-runtime's tensor, bucket (the fused stage, and its property
+#     tests with PROPTEST_CASES cases), comm (the CPU communicator and its kernels),
 #     sync (the barrier), exec::edge and exec::pipeline, and element;
 #   - tests/it/soundness.rs (module `soundness` of the `it` test binary): the soundness
 #     regressions, and two 2-actor allreduces through `graph!`, below and above the size

@@ -16,12 +16,15 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use actorgraph::comm::reduce_reference;
+use actorgraph::comm::{
+    reduce_reference, AbortHandle, Collective, DevRegion, DeviceComm, Header, RegionMut, SlotDesc,
+    StageError,
+};
 use actorgraph::half::{bf16, f16};
 use actorgraph::nccl::cudarc::driver::DevicePtr;
 use actorgraph::nccl::{self, current_device, Device, Nccl};
 use actorgraph::prelude::*;
-use actorgraph::{BoxError, DType, Element};
+use actorgraph::{Backend, BoxError, Communicator, DType, Element};
 
 #[path = "support/nap.rs"]
 mod nap;
@@ -1129,3 +1132,88 @@ fn without_a_gpu_the_backend_is_an_error_not_a_panic() {
 
 #[path = "nccl_gpu/simulated.rs"]
 mod simulated;
+
+// ---------------------------------------------------------------------------------------
+// A device communicator is checked against the layout it is told, whoever tells it.
+
+/// The Nccl backend's communicators, passing each device stage on to NCCL with a header
+/// that claims one element more per value than the stage's regions hold.
+struct Forging;
+
+struct ForgingComm(nccl::NcclComm);
+
+impl Backend for Forging {
+    type Comm = ForgingComm;
+    fn communicators(&self, size: usize) -> Result<Vec<ForgingComm>, Error> {
+        let comms = Nccl::new(0..size)?.communicators(size)?;
+        Ok(comms.into_iter().map(ForgingComm).collect())
+    }
+}
+
+impl Communicator for ForgingComm {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn stage(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        regions: &mut [RegionMut<'_>],
+        outputs: &mut [RegionMut<'_>],
+    ) -> Result<(), StageError> {
+        self.0.stage(header, collective, regions, outputs)
+    }
+    fn abort_handle(&self) -> AbortHandle {
+        self.0.abort_handle()
+    }
+    fn attach(&mut self) -> Result<(), Error> {
+        self.0.attach()
+    }
+    fn device_comm(&mut self) -> Option<&mut dyn DeviceComm> {
+        Some(self)
+    }
+}
+
+impl DeviceComm for ForgingComm {
+    fn device(&self) -> Option<&Device> {
+        self.0.device()
+    }
+    fn stage_device(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        ins: &[DevRegion<'_>],
+        outs: &[DevRegion<'_>],
+    ) -> Result<(), StageError> {
+        let longer: Vec<SlotDesc> = header
+            .slots
+            .iter()
+            .map(|s| SlotDesc::flat(s.dtype, s.len + 1))
+            .collect();
+        let forged = Header {
+            slots: &longer,
+            dims: &[],
+            ..*header
+        };
+        self.0.stage_device(&forged, collective, ins, outs)
+    }
+    fn wait(&mut self) -> Result<(), StageError> {
+        self.0.wait()
+    }
+}
+
+#[test]
+fn a_device_stage_whose_regions_do_not_match_its_header_is_an_error() {
+    let Some(_turn) = gpu_turn(1) else { return };
+    let mut g = MixedSum::launch(vec![Maker { calls: 0 }], Forging).unwrap();
+    // NCCL would run past the regions: the communicator refuses, on every execution.
+    for _ in 0..2 {
+        match g.execute() {
+            Err(Error::Backend(m)) => assert!(m.contains("do not match its header"), "{m}"),
+            other => panic!("expected the regions to be refused, got {other:?}"),
+        }
+    }
+}

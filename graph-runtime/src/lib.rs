@@ -9,6 +9,8 @@ pub mod comm;
 mod element;
 mod error;
 mod exec;
+#[cfg(feature = "nccl")]
+mod gpu;
 mod method;
 #[cfg(feature = "nccl")]
 pub mod nccl;
@@ -145,107 +147,31 @@ pub mod __private {
         type Type;
     }
 
-    macro_rules! fields {
-        ($n:literal, ($($all:ident),*)) => {
-            impl<$($all),*> Fields<$n> for ($($all,)*) {}
+    /// `Fields<N>` and `TupleField<I>` for the tuples of 1 to 12 fields. Each entry of the
+    /// list is a field: the arity of the tuple it ends, its index, its type parameter.
+    /// (Literal arities: rustc names a computed one by its path in error messages.)
+    macro_rules! tuples {
+        // Every prefix of the list: `[..]` holds the fields before `$i $t`.
+        (@prefixes [$($done:tt)*] $n:literal $i:tt $t:ident $(, $($rest:tt)*)?) => {
+            tuples!(@tuple $n [$($done)* $i $t]);
+            tuples!(@prefixes [$($done)* $i $t] $($($rest)*)?);
         };
-    }
-    fields!(1, (A));
-    fields!(2, (A, B));
-    fields!(3, (A, B, C));
-    fields!(4, (A, B, C, D));
-    fields!(5, (A, B, C, D, E));
-    fields!(6, (A, B, C, D, E, F));
-    fields!(7, (A, B, C, D, E, F, G));
-    fields!(8, (A, B, C, D, E, F, G, H));
-    fields!(9, (A, B, C, D, E, F, G, H, I));
-    fields!(10, (A, B, C, D, E, F, G, H, I, J));
-    fields!(11, (A, B, C, D, E, F, G, H, I, J, K));
-    fields!(12, (A, B, C, D, E, F, G, H, I, J, K, L));
-
-    macro_rules! field {
-        ($i:tt, $t:ident, ($($all:ident),*)) => {
+        (@prefixes [$($done:tt)*]) => {};
+        // One tuple: its arity, and the type of each field.
+        (@tuple $n:literal [$($i:tt $t:ident)*]) => {
+            impl<$($t),*> Fields<$n> for ($($t,)*) {}
+            tuples!(@fields [$($t)*] $($i $t)*);
+        };
+        (@fields $all:tt $($i:tt $t:ident)*) => {
+            $(tuples!(@field $i $t $all);)*
+        };
+        (@field $i:tt $t:ident [$($all:ident)*]) => {
             impl<$($all),*> TupleField<$i> for ($($all,)*) {
                 type Type = $t;
             }
         };
     }
-    field!(0, A, (A));
-    field!(0, A, (A, B));
-    field!(1, B, (A, B));
-    field!(0, A, (A, B, C));
-    field!(1, B, (A, B, C));
-    field!(2, C, (A, B, C));
-    field!(0, A, (A, B, C, D));
-    field!(1, B, (A, B, C, D));
-    field!(2, C, (A, B, C, D));
-    field!(3, D, (A, B, C, D));
-    field!(0, A, (A, B, C, D, E));
-    field!(1, B, (A, B, C, D, E));
-    field!(2, C, (A, B, C, D, E));
-    field!(3, D, (A, B, C, D, E));
-    field!(4, E, (A, B, C, D, E));
-    field!(0, A, (A, B, C, D, E, F));
-    field!(1, B, (A, B, C, D, E, F));
-    field!(2, C, (A, B, C, D, E, F));
-    field!(3, D, (A, B, C, D, E, F));
-    field!(4, E, (A, B, C, D, E, F));
-    field!(5, F, (A, B, C, D, E, F));
-    field!(0, A, (A, B, C, D, E, F, G));
-    field!(1, B, (A, B, C, D, E, F, G));
-    field!(2, C, (A, B, C, D, E, F, G));
-    field!(3, D, (A, B, C, D, E, F, G));
-    field!(4, E, (A, B, C, D, E, F, G));
-    field!(5, F, (A, B, C, D, E, F, G));
-    field!(6, G, (A, B, C, D, E, F, G));
-    field!(0, A, (A, B, C, D, E, F, G, H));
-    field!(1, B, (A, B, C, D, E, F, G, H));
-    field!(2, C, (A, B, C, D, E, F, G, H));
-    field!(3, D, (A, B, C, D, E, F, G, H));
-    field!(4, E, (A, B, C, D, E, F, G, H));
-    field!(5, F, (A, B, C, D, E, F, G, H));
-    field!(6, G, (A, B, C, D, E, F, G, H));
-    field!(7, H, (A, B, C, D, E, F, G, H));
-    field!(0, A, (A, B, C, D, E, F, G, H, I));
-    field!(1, B, (A, B, C, D, E, F, G, H, I));
-    field!(2, C, (A, B, C, D, E, F, G, H, I));
-    field!(3, D, (A, B, C, D, E, F, G, H, I));
-    field!(4, E, (A, B, C, D, E, F, G, H, I));
-    field!(5, F, (A, B, C, D, E, F, G, H, I));
-    field!(6, G, (A, B, C, D, E, F, G, H, I));
-    field!(7, H, (A, B, C, D, E, F, G, H, I));
-    field!(8, I, (A, B, C, D, E, F, G, H, I));
-    field!(0, A, (A, B, C, D, E, F, G, H, I, J));
-    field!(1, B, (A, B, C, D, E, F, G, H, I, J));
-    field!(2, C, (A, B, C, D, E, F, G, H, I, J));
-    field!(3, D, (A, B, C, D, E, F, G, H, I, J));
-    field!(4, E, (A, B, C, D, E, F, G, H, I, J));
-    field!(5, F, (A, B, C, D, E, F, G, H, I, J));
-    field!(6, G, (A, B, C, D, E, F, G, H, I, J));
-    field!(7, H, (A, B, C, D, E, F, G, H, I, J));
-    field!(8, I, (A, B, C, D, E, F, G, H, I, J));
-    field!(9, J, (A, B, C, D, E, F, G, H, I, J));
-    field!(0, A, (A, B, C, D, E, F, G, H, I, J, K));
-    field!(1, B, (A, B, C, D, E, F, G, H, I, J, K));
-    field!(2, C, (A, B, C, D, E, F, G, H, I, J, K));
-    field!(3, D, (A, B, C, D, E, F, G, H, I, J, K));
-    field!(4, E, (A, B, C, D, E, F, G, H, I, J, K));
-    field!(5, F, (A, B, C, D, E, F, G, H, I, J, K));
-    field!(6, G, (A, B, C, D, E, F, G, H, I, J, K));
-    field!(7, H, (A, B, C, D, E, F, G, H, I, J, K));
-    field!(8, I, (A, B, C, D, E, F, G, H, I, J, K));
-    field!(9, J, (A, B, C, D, E, F, G, H, I, J, K));
-    field!(10, K, (A, B, C, D, E, F, G, H, I, J, K));
-    field!(0, A, (A, B, C, D, E, F, G, H, I, J, K, L));
-    field!(1, B, (A, B, C, D, E, F, G, H, I, J, K, L));
-    field!(2, C, (A, B, C, D, E, F, G, H, I, J, K, L));
-    field!(3, D, (A, B, C, D, E, F, G, H, I, J, K, L));
-    field!(4, E, (A, B, C, D, E, F, G, H, I, J, K, L));
-    field!(5, F, (A, B, C, D, E, F, G, H, I, J, K, L));
-    field!(6, G, (A, B, C, D, E, F, G, H, I, J, K, L));
-    field!(7, H, (A, B, C, D, E, F, G, H, I, J, K, L));
-    field!(8, I, (A, B, C, D, E, F, G, H, I, J, K, L));
-    field!(9, J, (A, B, C, D, E, F, G, H, I, J, K, L));
-    field!(10, K, (A, B, C, D, E, F, G, H, I, J, K, L));
-    field!(11, L, (A, B, C, D, E, F, G, H, I, J, K, L));
+    tuples!(@prefixes []
+        1 0 A, 2 1 B, 3 2 C, 4 3 D, 5 4 E, 6 5 F, 7 6 G, 8 7 H, 9 8 I, 10 9 J, 11 10 K, 12 11 L
+    );
 }

@@ -7,29 +7,25 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUdeviceptr;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, DeviceSlice};
 
-use super::{Bucketable, FusedStage, Region, Regions, SlotIdx};
-use crate::comm::{Collective, Communicator, Header, Status};
-use crate::nccl::{alloc_zeros, copy_ordered, gpu, Device};
+use super::region::{Region, Regions, SlotIdx};
+use super::{Bucketable, FusedStage};
+use crate::comm::{Collective, Communicator, DevRegion, Header, Status};
+pub(super) use crate::gpu::Device;
+use crate::gpu::{alloc_zeros, copy_ordered, gpu};
 use crate::tensor::Storage;
 use crate::{DType, Element, Error};
 
-/// One dtype region of a stage on the GPU, as the NCCL communicator sees it.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct DevRegion {
-    pub(crate) dtype: DType,
-    pub(crate) ptr: CUdeviceptr,
-    pub(crate) len: usize,
+/// Whether a value lives on a GPU.
+pub(super) fn on_device<T: Bucketable>(value: &T) -> bool {
+    value.device_elements().is_some()
 }
 
-impl DevRegion {
-    pub(crate) const EMPTY: Self = Self {
-        dtype: DType::U8,
-        ptr: 0,
-        len: 0,
-    };
+/// The GPU that `comm`'s collectives run on, if it has the device capability (see
+/// [`DeviceComm`](crate::comm::DeviceComm)) and is attached.
+pub(super) fn device_of<C: Communicator>(comm: &mut C) -> Option<Device> {
+    comm.device_comm()?.device().cloned()
 }
 
 impl<E: Element> Region<E> {
@@ -67,18 +63,14 @@ impl<E: Element> Region<E> {
     /// The region for the communicator: its device address and length (`None` when
     /// empty). An error if a non-empty region has no unshared buffer: this rank would
     /// issue fewer NCCL calls than its peers.
-    fn dev_region(&mut self, stream: &Arc<CudaStream>) -> Result<Option<DevRegion>, Error> {
+    fn dev_region(&mut self, stream: &Arc<CudaStream>) -> Result<Option<DevRegion<'_>>, Error> {
         let len = self.len;
         if len == 0 {
             return Ok(None);
         }
         let buf = self.dev_mut().ok_or_else(missing_buffer)?;
         let (ptr, _record) = buf.device_ptr_mut(stream);
-        Ok(Some(DevRegion {
-            dtype: E::DTYPE,
-            ptr,
-            len,
-        }))
+        Ok(Some(DevRegion::new(E::DTYPE, ptr, len)))
     }
 
     /// Records that the buffer is written up to this point of the stream (after the
@@ -183,7 +175,7 @@ fn missing_buffer() -> Error {
 }
 
 macro_rules! regions_device {
-    ($($field:ident: $t:ty),*) => {
+    ($($field:ident: $t:ty [$($info:tt)*]),*) => {
         impl Regions {
             fn prepare_device(&mut self, device: &Device) -> Result<(), Error> {
                 $(self.$field.prepare_device(device)?;)*
@@ -193,7 +185,7 @@ macro_rules! regions_device {
             fn device_regions(
                 &mut self,
                 stream: &Arc<CudaStream>,
-            ) -> Result<([DevRegion; DType::COUNT], usize), Error> {
+            ) -> Result<([DevRegion<'_>; DType::COUNT], usize), Error> {
                 let mut all = [DevRegion::EMPTY; DType::COUNT];
                 let mut n = 0;
                 $(if let Some(r) = self.$field.dev_region(stream)? {
@@ -221,19 +213,19 @@ crate::element::for_each_dtype!(regions_device);
 
 impl FusedStage {
     /// Device mode's `prepare`: takes the device buffers for this layout on `device`.
-    pub(crate) fn prepare_device(&mut self, device: &Device) {
+    pub(super) fn prepare_device(&mut self, device: Device) {
         if !self.end_layout() {
             return;
         }
-        if let Err(e) = self.inputs.prepare_device(device) {
+        if let Err(e) = self.inputs.prepare_device(&device) {
             self.failed.get_or_insert(e);
         }
-        self.device = Some(device.clone());
+        self.device = Some(device);
     }
 
     /// Device mode's `pack`: copies a value into its place in the device buffer. A failed
     /// copy is kept for `run` to report.
-    pub(crate) fn pack_device<T: Bucketable>(&mut self, value: &T, at: SlotIdx) {
+    pub(super) fn pack_device<T: Bucketable>(&mut self, value: &T, at: SlotIdx) {
         if self.failed.is_some() || at.len == 0 {
             return;
         }
@@ -271,7 +263,7 @@ impl FusedStage {
 
     /// Device mode's `run`: agreement (on the host) and collective (on the GPU), then the
     /// host values' results copied back.
-    pub(crate) fn run_device<C: Communicator>(
+    pub(super) fn run_device<C: Communicator>(
         &mut self,
         comm: &mut C,
         collective: Collective,
@@ -299,7 +291,7 @@ impl FusedStage {
                 return Err(e);
             }
         };
-        let Some(nccl) = comm.nccl() else {
+        let Some(dc) = comm.device_comm() else {
             return Err(Error::Backend(
                 "internal error: a device-mode stage ran on a host communicator".into(),
             ));
@@ -310,13 +302,13 @@ impl FusedStage {
             dims: &self.dims,
             data: &[],
         };
-        nccl.stage_device(&header, collective, &ins[..n_ins], &outs[..n_outs])
+        dc.stage_device(&header, collective, &ins[..n_ins], &outs[..n_outs])
             .map_err(|e| self.stage_error(e, group))?;
         self.inputs.touch(stream);
         self.outputs.touch(stream);
         if !self.places.iter().all(|p| p.idx.device) {
             // Host values: wait for the collective (abortably), then copy their results.
-            nccl.wait().map_err(|e| self.stage_error(e, group))?;
+            dc.wait().map_err(|e| self.stage_error(e, group))?;
             self.download_host_results(collective, n, stream)?;
         }
         Ok(())

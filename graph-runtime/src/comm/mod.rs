@@ -1,15 +1,22 @@
-//! Communicators: what a fused stage asks of a backend, and the CPU implementation.
+//! Communicators: what a fused stage asks of a backend (and, of one whose collectives run
+//! over a GPU's memory, [`DeviceComm`]), and the CPU implementation.
 
 mod cpu;
+#[cfg_attr(not(feature = "nccl"), path = "no_device.rs")]
+mod device;
+#[cfg(all(test, loom))]
+mod loom_tests;
 pub(crate) mod reduce;
 
 pub use cpu::{Cpu, CpuComm};
+pub use device::*;
 pub use reduce::reduce_reference;
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+pub use crate::element::RegionMut;
 use crate::{DType, Element, Error};
 
 /// How a reducing collective combines the values of the ranks.
@@ -649,40 +656,6 @@ pub fn agree<'a>(
     Ok(())
 }
 
-macro_rules! region_mut {
-    ($($d:ident: $t:ty),*) => {
-        /// A mutable, typed slice of one dtype region of a fused stage's flat buffer.
-        #[derive(Debug)]
-        #[non_exhaustive]
-        pub enum RegionMut<'a> {
-            $(
-                #[doc = concat!("A region of `", stringify!($t), "`.")]
-                $d(&'a mut [$t]),
-            )*
-        }
-
-        impl RegionMut<'_> {
-            /// The region's dtype.
-            pub fn dtype(&self) -> DType {
-                match self { $(RegionMut::$d(_) => DType::$d,)* }
-            }
-            /// The region's length in elements.
-            pub fn len(&self) -> usize {
-                match self { $(RegionMut::$d(s) => s.len(),)* }
-            }
-            /// Whether the region is empty.
-            pub fn is_empty(&self) -> bool {
-                self.len() == 0
-            }
-            /// The start of the region, type-erased.
-            pub fn as_mut_ptr(&mut self) -> *mut u8 {
-                match self { $(RegionMut::$d(s) => s.as_mut_ptr().cast(),)* }
-            }
-        }
-    };
-}
-crate::element::for_each_dtype!(region_mut);
-
 /// The per-rank endpoint of a group's collectives.
 ///
 /// A fused stage calls [`Communicator::stage`] once on every rank, in the same order on
@@ -781,11 +754,10 @@ pub trait Communicator: Send + 'static {
         Ok(())
     }
 
-    /// The NCCL endpoint behind this communicator, whose stages run on a GPU (see
-    /// [`crate::nccl`]). Not for other implementations.
-    #[cfg(feature = "nccl")]
-    #[doc(hidden)]
-    fn nccl(&mut self) -> Option<&mut crate::nccl::NcclComm> {
+    /// The communicator's device capability, if its collectives run over a GPU's memory:
+    /// a fused stage then keeps its flat buffers on that GPU (see [`DeviceComm`]). The
+    /// default, `None`: host memory.
+    fn device_comm(&mut self) -> Option<&mut dyn DeviceComm> {
         None
     }
 }
@@ -797,6 +769,3 @@ pub trait Backend {
     /// Creates `size` connected endpoints, indexed by rank.
     fn communicators(&self, size: usize) -> Result<Vec<Self::Comm>, Error>;
 }
-
-#[cfg(all(test, not(loom)))]
-mod proptests;

@@ -257,7 +257,9 @@ impl<C: Communicator> StepCtx<C> {
     /// schedule order: joins each stage as failed (its peers skip the payload), sends a
     /// failure marker on each edge this rank produces, and takes and drops each value it
     /// was due. Following the schedule's order is what keeps the failure path as free of
-    /// deadlocks as the normal one (see the schedule in `graph!`'s codegen).
+    /// deadlocks as the normal one: every actor runs its synchronizations in one global
+    /// order, which the macro's scheduler (`graph-macros/src/graph/schedule.rs`) fixes at
+    /// compile time.
     fn drain(&mut self) {
         let (rank, round) = (self.rank, self.round);
         let activity = &self.activity[rank].0;
@@ -347,34 +349,23 @@ impl<C> Drop for Stage<'_, '_, C> {
     }
 }
 
-#[allow(private_bounds)]
 impl<'v, C: Communicator> Stage<'_, 'v, C> {
     /// Appends a value to the bucket's layout.
     #[inline]
-    pub fn add<T: Bucketable>(&mut self, value: &T) -> SlotIdx
-    where
-        T::Elem: crate::bucket::HasRegion,
-    {
+    pub fn add<T: Bucketable>(&mut self, value: &T) -> SlotIdx {
         self.st.add(value)
     }
 
     /// Takes the flat buffers for the layout.
     #[inline]
     pub fn prepare(&mut self) {
-        #[cfg(feature = "nccl")]
-        if let Some(device) = self.comm.nccl().and_then(|c| c.device()) {
-            return self.st.prepare_device(device);
-        }
-        self.st.prepare()
+        self.st.prepare_on(self.comm)
     }
 
     /// Hands a value to the stage: lent in place to a communicator that reads values in
     /// place, else copied into the flat buffer.
     #[inline]
-    pub fn pack<T: Bucketable>(&mut self, value: &'v T, at: SlotIdx)
-    where
-        T::Elem: crate::bucket::HasRegion,
-    {
+    pub fn pack<T: Bucketable>(&mut self, value: &'v T, at: SlotIdx) {
         if self.comm.reads_in_place() {
             self.st.lend(value, at)
         } else {
@@ -406,10 +397,7 @@ impl<'v, C: Communicator> Stage<'_, 'v, C> {
 
     /// This rank's result for a value: a view into the flat buffer.
     #[inline]
-    pub fn output<T: Bucketable>(&mut self, value: &T, at: SlotIdx) -> T
-    where
-        T::Elem: crate::bucket::HasRegion,
-    {
+    pub fn output<T: Bucketable>(&mut self, value: &T, at: SlotIdx) -> T {
         self.st.output(value, at)
     }
 

@@ -1,8 +1,9 @@
 //! `Nccl`, the backend: which GPU each rank of a group runs on.
 
 use super::calls::nccl_err;
-use super::{device_count, require_cuda, require_nccl, NcclComm};
+use super::NcclComm;
 use crate::comm::Backend;
+use crate::gpu::{device_count, require_cuda, require_nccl};
 use crate::Error;
 use cudarc::nccl::result as nccl;
 

@@ -6,8 +6,8 @@ use std::ffi::c_int;
 use cudarc::nccl::result::{self as nccl, NcclError};
 use cudarc::nccl::sys;
 
-use crate::bucket::DevRegion;
-use crate::comm::{Collective, Header, StageError};
+use crate::comm::{Collective, DevRegion, Header, StageError};
+use crate::element::with_dtype;
 use crate::{DType, Error, ReduceOp};
 
 /// An NCCL communicator handle, until aborted.
@@ -78,8 +78,8 @@ pub(super) fn queue_ops(
     size: usize,
     header: &Header<'_>,
     collective: Collective,
-    ins: &[DevRegion],
-    outs: &[DevRegion],
+    ins: &[DevRegion<'_>],
+    outs: &[DevRegion<'_>],
 ) -> Result<(), StageError> {
     let err = nccl_stage_err;
     // SAFETY: every call below gets addresses within regions that are live device
@@ -87,7 +87,7 @@ pub(super) fn queue_ops(
     // stage (or the communicator's scratch buffers) for the whole execution and freed
     // only on this stream, so after these calls complete. Offsets stay within the
     // regions: every rank agreed on the layout, the regions were checked against it
-    // (`regions_fit` for host stages; a device stage's regions are sized from it) and
+    // (`regions_fit`, for host and device stages alike) and
     // `Collective::output_len` sized the outputs. Aliasing: nothing on the host touches
     // these buffers (the fused stage holds them uniquely while it runs, and hands out
     // views only after); on the device, the in-place calls pass one pointer as input and
@@ -172,19 +172,8 @@ pub(super) fn queue_ops(
 }
 
 fn dtype(d: DType) -> sys::ncclDataType_t {
-    use sys::ncclDataType_t as T;
-    match d {
-        DType::F16 => T::ncclFloat16,
-        DType::BF16 => T::ncclBfloat16,
-        DType::F32 => T::ncclFloat32,
-        DType::F64 => T::ncclFloat64,
-        DType::I8 => T::ncclInt8,
-        DType::U8 => T::ncclUint8,
-        DType::I32 => T::ncclInt32,
-        DType::U32 => T::ncclUint32,
-        DType::I64 => T::ncclInt64,
-        DType::U64 => T::ncclUint64,
-    }
+    use cudarc::nccl::NcclType;
+    with_dtype!(d, E => E::as_nccl_type())
 }
 
 fn red(op: ReduceOp) -> sys::ncclRedOp_t {

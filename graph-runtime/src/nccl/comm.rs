@@ -12,12 +12,12 @@ use cudarc::nccl::sys;
 
 use super::agree::Board;
 use super::calls::{nccl_err, nccl_stage_err, queue_ops, RawComm};
-use super::device::share_pool_with_peers;
-use super::{alloc_zeros, gpu, set_current, Device};
-use crate::bucket::DevRegion;
+use super::pool::share_pool_with_peers;
 use crate::comm::{
-    AbortHandle, Collective, Communicator, Disagreement, Header, RegionMut, StageError,
+    AbortHandle, Collective, Communicator, DevRegion, DeviceComm, Disagreement, Header, RegionMut,
+    StageError,
 };
+use crate::gpu::{alloc_zeros, gpu, set_current, Device};
 use crate::{DType, Error, ReduceOp};
 
 /// What the ranks of one group share.
@@ -138,29 +138,18 @@ impl NcclComm {
         })
     }
 
-    /// Runs a stage whose regions are on this rank's GPU (the fused stage's device mode):
-    /// agreement, then one NCCL group over every region. Returns once the work is queued
-    /// on the stream; [`wait`](Self::wait) waits for it.
-    pub(crate) fn stage_device(
-        &mut self,
-        header: &Header<'_>,
-        collective: Collective,
-        ins: &[DevRegion],
-        outs: &[DevRegion],
-    ) -> Result<(), StageError> {
-        let r = self.stage_device_inner(header, collective, ins, outs);
-        self.settle(r)
-    }
-
     fn stage_device_inner(
         &mut self,
         header: &Header<'_>,
         collective: Collective,
-        ins: &[DevRegion],
-        outs: &[DevRegion],
+        ins: &[DevRegion<'_>],
+        outs: &[DevRegion<'_>],
     ) -> Result<(), StageError> {
         self.ready()?;
-        self.agree(header, collective)?;
+        // `DeviceComm` is public: the regions may come from anywhere the crate made one,
+        // so they are checked against the header like a host stage's.
+        let lens = |rs: &[DevRegion<'_>]| region_lens(rs.iter().map(|r| (r.dtype, r.len)));
+        self.agree_if_fit(header, collective, lens(ins), lens(outs))?;
         self.launch(header, collective, ins, outs)
     }
 
@@ -181,13 +170,6 @@ impl NcclComm {
             self.shared.async_failed.store(true, SeqCst);
             StageError::Comm(e)
         })
-    }
-
-    /// Waits for the work queued on this rank's stream; gives up with
-    /// [`StageError::Aborted`] if the group is aborted meanwhile.
-    pub(crate) fn wait(&mut self) -> Result<(), StageError> {
-        let r = self.wait_inner();
-        self.settle(r)
     }
 
     /// A CUDA or NCCL failure on one rank leaves its NCCL calls out of step with its
@@ -269,14 +251,8 @@ impl NcclComm {
         outputs: &mut [RegionMut<'_>],
     ) -> Result<(), StageError> {
         self.ready()?;
-        // Regions that do not match the header would have NCCL run past them: this rank
-        // takes part as failed, so that every rank skips the stage.
-        let fits = regions_fit(header, collective, self.size, regions, outputs);
-        if let Err(why) = &fits {
-            let _ = self.agree(&Header::FAILED, collective);
-            return Err(StageError::Disagreed(why.clone()));
-        }
-        self.agree(header, collective)?;
+        let lens = |rs: &[RegionMut<'_>]| region_lens(rs.iter().map(|r| (r.dtype(), r.len())));
+        self.agree_if_fit(header, collective, lens(regions), lens(outputs))?;
         if regions.is_empty() {
             return Ok(());
         }
@@ -312,6 +288,23 @@ impl NcclComm {
         Ok(())
     }
 
+    /// The agreement, when the regions (dtype, length) are what `header` lays out.
+    /// Regions that do not match it would have NCCL run past them: this rank then takes
+    /// part as failed, so that every rank skips the stage.
+    fn agree_if_fit(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        regions: RegionLens,
+        outputs: RegionLens,
+    ) -> Result<(), StageError> {
+        if let Err(why) = regions_fit(header, collective, self.size, &regions, &outputs) {
+            let _ = self.agree(&Header::FAILED, collective);
+            return Err(StageError::Disagreed(why));
+        }
+        self.agree(header, collective)
+    }
+
     /// The failure model's header agreement, on the host (see `agree.rs`).
     fn agree(&mut self, header: &Header<'_>, collective: Collective) -> Result<(), StageError> {
         self.round = self.round.wrapping_add(1);
@@ -328,8 +321,8 @@ impl NcclComm {
         &mut self,
         header: &Header<'_>,
         collective: Collective,
-        ins: &[DevRegion],
-        outs: &[DevRegion],
+        ins: &[DevRegion<'_>],
+        outs: &[DevRegion<'_>],
     ) -> Result<(), StageError> {
         let launched = self.launch_here(header, collective, ins, outs);
         self.confirm_launch(launched)
@@ -350,8 +343,8 @@ impl NcclComm {
         &mut self,
         header: &Header<'_>,
         collective: Collective,
-        ins: &[DevRegion],
-        outs: &[DevRegion],
+        ins: &[DevRegion<'_>],
+        outs: &[DevRegion<'_>],
     ) -> Result<(), StageError> {
         let (size, round) = (self.size, self.round);
         let a = self.attached()?;
@@ -470,8 +463,33 @@ impl Communicator for NcclComm {
         })
     }
 
-    fn nccl(&mut self) -> Option<&mut NcclComm> {
+    fn device_comm(&mut self) -> Option<&mut dyn DeviceComm> {
         Some(self)
+    }
+}
+
+/// The fused stage's device mode: regions on this rank's GPU.
+impl DeviceComm for NcclComm {
+    fn device(&self) -> Option<&Device> {
+        NcclComm::device(self)
+    }
+
+    /// Agreement, then one NCCL group over every region; returns once the work is
+    /// queued on the stream.
+    fn stage_device(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        ins: &[DevRegion<'_>],
+        outs: &[DevRegion<'_>],
+    ) -> Result<(), StageError> {
+        let r = self.stage_device_inner(header, collective, ins, outs);
+        self.settle(r)
+    }
+
+    fn wait(&mut self) -> Result<(), StageError> {
+        let r = self.wait_inner();
+        self.settle(r)
     }
 }
 
@@ -483,11 +501,7 @@ impl NcclComm {
         let a = self.attached()?;
         let stream = Arc::clone(a.device.stream());
         let ptr = a.warm.device_ptr_mut(&stream).0;
-        let region = DevRegion {
-            dtype: DType::U8,
-            ptr,
-            len: 1,
-        };
+        let region = DevRegion::new(DType::U8, ptr, 1);
         let empty = Header {
             status: crate::comm::Status::Ok,
             slots: &[],
@@ -502,13 +516,15 @@ impl NcclComm {
 }
 
 impl Attached {
-    /// Copies host region `r` (if `upload`) to scratch buffer `i`, which it sizes.
+    /// Copies host region `r` (if `upload`) to scratch buffer `i`, which it sizes. The
+    /// region stays valid until the next stage resizes the buffer: `stage_host` uses it
+    /// only before then.
     fn upload_scratch(
         &mut self,
         i: usize,
         r: &mut RegionMut<'_>,
         upload: bool,
-    ) -> Result<DevRegion, StageError> {
+    ) -> Result<DevRegion<'static>, StageError> {
         let stream = Arc::clone(self.device.stream());
         let bytes = host_bytes(r);
         let need = bytes.len().max(1);
@@ -529,11 +545,7 @@ impl Attached {
                 .map_err(|e| StageError::Comm(gpu("cuMemcpyHtoD")(e)))?;
         }
         let (ptr, _record) = dev.device_ptr_mut(&stream);
-        Ok(DevRegion {
-            dtype: r.dtype(),
-            ptr,
-            len: r.len(),
-        })
+        Ok(DevRegion::new(r.dtype(), ptr, r.len()))
     }
 
     /// Copies scratch buffer `i` back to host region `r`.
@@ -553,6 +565,20 @@ impl Attached {
     }
 }
 
+/// The length of a stage's region of each dtype, by dtype index (`None`: no region).
+type RegionLens = [Option<usize>; DType::COUNT];
+
+/// The [`RegionLens`] of regions given as (dtype, length).
+fn region_lens(regions: impl Iterator<Item = (DType, usize)>) -> RegionLens {
+    let mut got = [None; DType::COUNT];
+    for (dtype, len) in regions {
+        let at = &mut got[dtype.index()];
+        // A dtype passed twice never fits.
+        *at = Some(if at.is_none() { len } else { usize::MAX });
+    }
+    got
+}
+
 /// Whether `regions` and `outputs` are what `header` lays out: one region per dtype that
 /// has elements, as long as its slots add up to, and an output of each for a collective
 /// that has outputs, [`Collective::output_len`] long.
@@ -560,29 +586,19 @@ fn regions_fit(
     header: &Header<'_>,
     collective: Collective,
     size: usize,
-    regions: &[RegionMut<'_>],
-    outputs: &[RegionMut<'_>],
+    regions: &RegionLens,
+    outputs: &RegionLens,
 ) -> Result<(), Disagreement> {
     let mut want = [0usize; DType::COUNT];
     for s in header.slots {
         let sum = &mut want[s.dtype.index()];
         *sum = sum.saturating_add(s.len);
     }
-    let lens = |rs: &[RegionMut<'_>]| {
-        let mut got = [None; DType::COUNT];
-        for r in rs {
-            let at = &mut got[r.dtype().index()];
-            // A dtype passed twice never fits.
-            *at = Some(if at.is_none() { r.len() } else { usize::MAX });
-        }
-        got
-    };
-    let (ins, outs) = (lens(regions), lens(outputs));
     for d in DType::ALL {
         let len = want[d.index()];
         let out_len = collective.output_len(len, size).filter(|_| len > 0);
         let need = |n: usize| (n > 0).then_some(n);
-        if ins[d.index()] != need(len) || outs[d.index()] != out_len.and_then(need) {
+        if regions[d.index()] != need(len) || outputs[d.index()] != out_len.and_then(need) {
             return Err(Disagreement::Buffers {
                 reason: format!("this rank's {d} regions do not match its header ({len} elements)"),
             });

@@ -11,15 +11,11 @@ mod agree;
 mod backend;
 mod calls;
 mod comm;
-mod device;
-mod probe;
+mod pool;
 
+pub use crate::gpu::{current_device, device_count, nccl_version, Device};
 pub use backend::Nccl;
 pub use comm::NcclComm;
-pub(crate) use device::{alloc_zeros, copy_ordered, gpu, set_current};
-pub use device::{current_device, Device};
-pub use probe::{device_count, nccl_version};
-pub(crate) use probe::{require_cuda, require_nccl};
 
 /// The cudarc this backend is built on, for methods that allocate and compute on their
 /// device with the same types.

@@ -6,8 +6,32 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaView};
 
 use super::{numel, Storage, Tensor};
-use crate::nccl::{alloc_zeros, copy_ordered, gpu, Device};
+use crate::gpu::{alloc_zeros, copy_ordered, gpu, Device};
 use crate::{Element, Error};
+
+/// What [`Storage::Device`] holds.
+pub(crate) type DeviceBuf<E> = CudaSlice<E>;
+
+/// The number of elements of a device buffer.
+pub(super) fn len<E>(buf: &DeviceBuf<E>) -> usize {
+    cudarc::driver::DeviceSlice::len(buf)
+}
+
+impl<E> Storage<E> {
+    pub(crate) fn device(&self) -> Option<&CudaSlice<E>> {
+        match self {
+            Storage::Host(_) => None,
+            Storage::Device(d) => Some(d),
+        }
+    }
+
+    pub(crate) fn device_mut(&mut self) -> Option<&mut CudaSlice<E>> {
+        match self {
+            Storage::Host(_) => None,
+            Storage::Device(d) => Some(d),
+        }
+    }
+}
 
 impl<E: Element> Tensor<E> {
     /// A tensor of `shape` over `data`, GPU memory the caller allocated (on any stream

@@ -5,16 +5,19 @@ use std::sync::Arc;
 
 use crate::{Element, Error};
 
-#[cfg(feature = "nccl")]
+#[cfg_attr(not(feature = "nccl"), path = "no_device.rs")]
 mod device;
 
 /// The memory a tensor points into. Shared by every view of it.
 #[derive(Debug)]
 pub(crate) enum Storage<E> {
     Host(Vec<E>),
-    /// GPU memory, freed on its stream when the last view goes.
-    #[cfg(feature = "nccl")]
-    Device(cudarc::driver::CudaSlice<E>),
+    /// GPU memory, freed on its stream when the last view goes (feature `nccl`).
+    #[allow(
+        dead_code,
+        reason = "without feature `nccl`, `DeviceBuf` has no values"
+    )]
+    Device(device::DeviceBuf<E>),
 }
 
 impl<E> Storage<E> {
@@ -22,7 +25,6 @@ impl<E> Storage<E> {
     pub(crate) fn host(&self) -> Option<&[E]> {
         match self {
             Storage::Host(v) => Some(v),
-            #[cfg(feature = "nccl")]
             Storage::Device(_) => None,
         }
     }
@@ -30,7 +32,6 @@ impl<E> Storage<E> {
     pub(crate) fn host_mut(&mut self) -> Option<&mut Vec<E>> {
         match self {
             Storage::Host(v) => Some(v),
-            #[cfg(feature = "nccl")]
             Storage::Device(_) => None,
         }
     }
@@ -39,24 +40,7 @@ impl<E> Storage<E> {
     pub(crate) fn len(&self) -> usize {
         match self {
             Storage::Host(v) => v.len(),
-            #[cfg(feature = "nccl")]
-            Storage::Device(d) => d.len(),
-        }
-    }
-
-    #[cfg(feature = "nccl")]
-    pub(crate) fn device(&self) -> Option<&cudarc::driver::CudaSlice<E>> {
-        match self {
-            Storage::Host(_) => None,
-            Storage::Device(d) => Some(d),
-        }
-    }
-
-    #[cfg(feature = "nccl")]
-    pub(crate) fn device_mut(&mut self) -> Option<&mut cudarc::driver::CudaSlice<E>> {
-        match self {
-            Storage::Host(_) => None,
-            Storage::Device(d) => Some(d),
+            Storage::Device(d) => device::len(d),
         }
     }
 }

@@ -8,44 +8,56 @@
 //! order, in the element's accumulator, exactly like the reference, so there is no
 //! tolerance to document.
 
-use half::{bf16, f16};
 use proptest::prelude::*;
 
-use crate::bucket::{FusedStage, SlotIdx};
+use super::{FusedStage, SlotIdx};
 use crate::comm::reduce::BLOCK;
 use crate::comm::{reduce_reference, Backend, Collective, CpuComm};
 use crate::{Cpu, DType, Element, ReduceOp, Tensor};
 
-/// A tensor of any dtype, so one bucket can mix them.
-#[derive(Clone, Debug)]
-enum AnyTensor {
-    F16(Tensor<f16>),
-    BF16(Tensor<bf16>),
-    F32(Tensor<f32>),
-    F64(Tensor<f64>),
-    I8(Tensor<i8>),
-    U8(Tensor<u8>),
-    I32(Tensor<i32>),
-    U32(Tensor<u32>),
-    I64(Tensor<i64>),
-    U64(Tensor<u64>),
+macro_rules! any_tensor {
+    ($($d:ident: $t:ty [$($info:tt)*]),*) => {
+        /// A tensor of any dtype, so one bucket can mix them.
+        #[derive(Clone, Debug)]
+        enum AnyTensor {
+            $($d(Tensor<$t>),)*
+        }
+
+        fn any_tensor(dtype: DType, seed: u64, rank: usize, slot: usize, len: usize) -> AnyTensor {
+            match dtype {
+                $(DType::$d => AnyTensor::$d(make(seed, rank, slot, len)),)*
+            }
+        }
+
+        /// The reference for slot `k`, given every rank's value for it.
+        fn reference_any(per_rank: &[AnyTensor], rank: usize, collective: Collective) -> Got {
+            match &per_rank[0] {
+                $(AnyTensor::$d(_) => {
+                    let slices: Vec<&[$t]> = per_rank
+                        .iter()
+                        .map(|v| match v {
+                            AnyTensor::$d(t) => t.as_slice(),
+                            _ => unreachable!("one slot has one dtype on every rank"),
+                        })
+                        .collect();
+                    reference(&slices, rank, collective)
+                })*
+            }
+        }
+    };
 }
+crate::element::for_each_dtype!(any_tensor);
 
 /// Runs `$body` with `$t` bound to the tensor inside `$x`, whatever its dtype.
 macro_rules! each {
-    ($x:expr, $t:ident => $body:expr) => {
+    // The arms, from `for_each_dtype!` (first: its input would not parse as the other's).
+    ((@arms ($x:expr) $t:ident ($body:expr)) $($d:ident: $ty:ty [$($info:tt)*]),*) => {
         match $x {
-            AnyTensor::F16($t) => $body,
-            AnyTensor::BF16($t) => $body,
-            AnyTensor::F32($t) => $body,
-            AnyTensor::F64($t) => $body,
-            AnyTensor::I8($t) => $body,
-            AnyTensor::U8($t) => $body,
-            AnyTensor::I32($t) => $body,
-            AnyTensor::U32($t) => $body,
-            AnyTensor::I64($t) => $body,
-            AnyTensor::U64($t) => $body,
+            $(AnyTensor::$d($t) => $body,)*
         }
+    };
+    ($x:expr, $t:ident => $body:expr) => {
+        crate::element::for_each_dtype!(each, (@arms ($x) $t ($body)))
     };
 }
 
@@ -56,52 +68,38 @@ trait Gen: Element {
     fn bits(self) -> u64;
 }
 
-macro_rules! gen_float {
-    ($t:ty) => {
+macro_rules! gen {
+    ($($d:ident: $t:ty [$name:literal, $kind:ident, $doc:literal]),*) => {$(
         impl Gen for $t {
-            fn gen(x: u64) -> Self {
-                (x % 41) as $t / 10.0 - 2.0
-            }
-            fn bits(self) -> u64 {
-                self.to_bits() as u64
-            }
+            gen!(@ $kind $t);
+        }
+    )*};
+    (@ float $t:ty) => {
+        fn gen(x: u64) -> Self {
+            (x % 41) as $t / 10.0 - 2.0
+        }
+        fn bits(self) -> u64 {
+            self.to_bits() as u64
+        }
+    };
+    (@ half $t:ty) => {
+        fn gen(x: u64) -> Self {
+            <$t>::from_f32((x % 41) as f32 / 10.0 - 2.0)
+        }
+        fn bits(self) -> u64 {
+            self.to_bits() as u64
+        }
+    };
+    (@ int $t:ty) => {
+        fn gen(x: u64) -> Self {
+            x as $t
+        }
+        fn bits(self) -> u64 {
+            self as u64
         }
     };
 }
-macro_rules! gen_half {
-    ($t:ty) => {
-        impl Gen for $t {
-            fn gen(x: u64) -> Self {
-                <$t>::from_f32((x % 41) as f32 / 10.0 - 2.0)
-            }
-            fn bits(self) -> u64 {
-                self.to_bits() as u64
-            }
-        }
-    };
-}
-macro_rules! gen_int {
-    ($t:ty) => {
-        impl Gen for $t {
-            fn gen(x: u64) -> Self {
-                x as $t
-            }
-            fn bits(self) -> u64 {
-                self as u64
-            }
-        }
-    };
-}
-gen_half!(f16);
-gen_half!(bf16);
-gen_float!(f32);
-gen_float!(f64);
-gen_int!(i8);
-gen_int!(u8);
-gen_int!(i32);
-gen_int!(u32);
-gen_int!(i64);
-gen_int!(u64);
+crate::element::for_each_dtype!(gen);
 
 fn mix(seed: u64, rank: usize, slot: usize, i: usize) -> u64 {
     let mut x = seed ^ ((rank as u64) << 48) ^ ((slot as u64) << 32) ^ i as u64;
@@ -115,21 +113,6 @@ fn make<E: Gen>(seed: u64, rank: usize, slot: usize, len: usize) -> Tensor<E> {
         [len],
     )
     .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn any_tensor(dtype: DType, seed: u64, rank: usize, slot: usize, len: usize) -> AnyTensor {
-    match dtype {
-        DType::F16 => AnyTensor::F16(make(seed, rank, slot, len)),
-        DType::BF16 => AnyTensor::BF16(make(seed, rank, slot, len)),
-        DType::F32 => AnyTensor::F32(make(seed, rank, slot, len)),
-        DType::F64 => AnyTensor::F64(make(seed, rank, slot, len)),
-        DType::I8 => AnyTensor::I8(make(seed, rank, slot, len)),
-        DType::U8 => AnyTensor::U8(make(seed, rank, slot, len)),
-        DType::I32 => AnyTensor::I32(make(seed, rank, slot, len)),
-        DType::U32 => AnyTensor::U32(make(seed, rank, slot, len)),
-        DType::I64 => AnyTensor::I64(make(seed, rank, slot, len)),
-        DType::U64 => AnyTensor::U64(make(seed, rank, slot, len)),
-    }
 }
 
 fn bits<E: Gen>(xs: &[E]) -> Vec<u64> {
@@ -201,34 +184,6 @@ fn reference<E: Gen>(inputs: &[&[E]], rank: usize, collective: Collective) -> Go
             Some(bits(&all))
         }
         Collective::Broadcast { root } => Some(bits(inputs[root])),
-    }
-}
-
-/// The reference for slot `k`, given every rank's value for it.
-fn reference_any(per_rank: &[AnyTensor], rank: usize, collective: Collective) -> Got {
-    macro_rules! go {
-        ($variant:ident) => {{
-            let slices: Vec<&[_]> = per_rank
-                .iter()
-                .map(|v| match v {
-                    AnyTensor::$variant(t) => t.as_slice(),
-                    _ => unreachable!("one slot has one dtype on every rank"),
-                })
-                .collect();
-            reference(&slices, rank, collective)
-        }};
-    }
-    match &per_rank[0] {
-        AnyTensor::F16(_) => go!(F16),
-        AnyTensor::BF16(_) => go!(BF16),
-        AnyTensor::F32(_) => go!(F32),
-        AnyTensor::F64(_) => go!(F64),
-        AnyTensor::I8(_) => go!(I8),
-        AnyTensor::U8(_) => go!(U8),
-        AnyTensor::I32(_) => go!(I32),
-        AnyTensor::U32(_) => go!(U32),
-        AnyTensor::I64(_) => go!(I64),
-        AnyTensor::U64(_) => go!(U64),
     }
 }
 

@@ -1,8 +1,6 @@
 //! `Device`: one GPU and the stream an actor runs its work on.
 
 use std::cell::RefCell;
-use std::ffi::c_int;
-use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
@@ -25,7 +23,7 @@ impl Device {
     /// Opens GPU `ordinal` (its primary context, bound to the calling thread) and creates
     /// a stream on it.
     pub fn new(ordinal: usize) -> Result<Self, Error> {
-        let count = super::device_count()?;
+        let count = super::probe::device_count()?;
         if ordinal >= count {
             return Err(Error::NoSuchDevice { ordinal, count });
         }
@@ -111,7 +109,7 @@ pub(crate) fn set_current(device: Option<Device>) {
 }
 
 /// The device of the actor whose method is running: call it from a method of an actor
-/// launched on the [`Nccl`](super::Nccl) backend, to allocate and compute on the actor's
+/// launched on the [`Nccl`](crate::nccl::Nccl) backend, to allocate and compute on the actor's
 /// GPU and stream.
 ///
 /// An error on any other thread (a CPU-backend actor, the launching thread).
@@ -139,57 +137,4 @@ pub(crate) fn alloc_zeros<E: crate::Element>(
 /// Maps a CUDA driver error to [`Error::Gpu`] naming the call.
 pub(crate) fn gpu(call: &'static str) -> impl FnOnce(DriverError) -> Error {
     move |e| super::probe::driver_error(call, e)
-}
-
-/// Lets the other GPUs of the group read and write memory that this rank allocates from
-/// its GPU's default memory pool (where cudarc allocates when the GPU supports
-/// `cuMemAllocAsync`). NCCL reads and writes the stage buffers of a peer in the same
-/// process directly over P2P, and pool memory, unlike `cuMemAlloc`'s, is not open to peers
-/// until its pool says so.
-pub(super) fn share_pool_with_peers(device: &Device, devices: &[usize]) -> Result<(), Error> {
-    use cudarc::driver::sys as cu;
-    let me = device.ordinal();
-    if !device.context().has_async_alloc() || devices.iter().all(|&d| d == me) {
-        return Ok(());
-    }
-    let check = |call: &'static str, r: cu::CUresult| {
-        r.result().map_err(|e| super::probe::driver_error(call, e))
-    };
-    // SAFETY: plain driver calls with out-pointers to locals; the context of `device` is
-    // current on this thread (`Device::new` bound it), and every ordinal is a GPU that
-    // `Nccl::new` checked exists.
-    unsafe {
-        let mut pool = MaybeUninit::uninit();
-        check(
-            "cuDeviceGetDefaultMemPool",
-            cu::cuDeviceGetDefaultMemPool(pool.as_mut_ptr(), device.context().cu_device()),
-        )?;
-        let pool = pool.assume_init();
-        for &peer in devices.iter().filter(|&&d| d != me) {
-            let mut peer_dev = MaybeUninit::uninit();
-            check(
-                "cuDeviceGet",
-                cu::cuDeviceGet(peer_dev.as_mut_ptr(), peer as c_int),
-            )?;
-            let peer_dev = peer_dev.assume_init();
-            let mut can = 0;
-            check(
-                "cuDeviceCanAccessPeer",
-                cu::cuDeviceCanAccessPeer(&mut can, peer_dev, device.context().cu_device()),
-            )?;
-            if can == 0 {
-                // No P2P between the two: NCCL goes through its own buffers instead.
-                continue;
-            }
-            let desc = cu::CUmemAccessDesc {
-                location: cu::CUmemLocation {
-                    type_: cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                    id: peer_dev,
-                },
-                flags: cu::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-            };
-            check("cuMemPoolSetAccess", cu::cuMemPoolSetAccess(pool, &desc, 1))?;
-        }
-    }
-    Ok(())
 }

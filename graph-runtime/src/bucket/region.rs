@@ -1,0 +1,215 @@
+//! The flat-buffer layout of a stage: one region per dtype, every value of that dtype
+//! packed into it back to back, each value's place a [`SlotIdx`].
+
+use std::any::Any;
+use std::sync::Arc;
+
+use super::Reduced;
+use crate::comm::{Collective, RegionMut, SharedBuffers};
+use crate::tensor::Storage;
+use crate::{DType, Element};
+
+/// One dtype's part of a stage's flat buffer.
+pub(crate) struct Region<E> {
+    /// Reused across executions while no output view holds it.
+    pub(super) buf: Option<Arc<Storage<E>>>,
+    /// Rank 0's buffer, when the communicator wrote this stage's results there for every
+    /// rank (see `Communicator::shares_results`); outputs then view it instead of `buf`.
+    /// Dropped as soon as the outputs are made, so that rank 0 can reuse it.
+    shared: Option<Arc<Storage<E>>>,
+    pub(super) len: usize,
+    /// Whether a value of this execution is in host memory. In device mode, `buf` then
+    /// stages those values (and their results) on the host.
+    pub(super) host_values: bool,
+    /// Whether a value of this execution is on a GPU (even an empty one: its result must
+    /// be on the GPU too).
+    pub(super) device_values: bool,
+    /// Device mode: the flat buffer on the actor's GPU. Reused like `buf`.
+    pub(super) dev: Option<Arc<Storage<E>>>,
+}
+
+impl<E: Element> Region<E> {
+    pub(super) const fn new() -> Self {
+        Self {
+            buf: None,
+            shared: None,
+            len: 0,
+            host_values: false,
+            device_values: false,
+            dev: None,
+        }
+    }
+
+    /// Makes `buf` an unshared buffer of at least `len` elements, reusing the last one when
+    /// no view of it is alive: in steady state this allocates nothing.
+    pub(super) fn prepare(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        if let Some(v) = self
+            .buf
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .and_then(Storage::host_mut)
+        {
+            if v.len() < self.len {
+                v.resize(self.len, E::default());
+            }
+            return;
+        }
+        self.buf = Some(Arc::new(Storage::Host(vec![E::default(); self.len])));
+    }
+
+    pub(super) fn slice_mut(&mut self) -> &mut [E] {
+        let len = self.len;
+        self.buf
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .and_then(Storage::host_mut)
+            .and_then(|v| v.get_mut(..len))
+            .unwrap_or(&mut [])
+    }
+
+    /// [`result`](Self::result) of the device buffer for a value on a GPU.
+    pub(super) fn result_at<R>(
+        &self,
+        device: bool,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(Reduced<'_, E>) -> R,
+    ) -> R {
+        if device {
+            if let Some(buf) = self.dev.as_ref().filter(|b| offset + len <= b.len()) {
+                return f(Reduced { buf, offset, len });
+            }
+        }
+        self.result(offset, len, f)
+    }
+
+    /// `len` elements at `offset` of the buffer, for a value's result.
+    fn result<R>(&self, offset: usize, len: usize, f: impl FnOnce(Reduced<'_, E>) -> R) -> R {
+        match self.shared.as_ref().or(self.buf.as_ref()) {
+            Some(buf) if offset + len <= buf.len() => f(Reduced { buf, offset, len }),
+            // Only empty regions have no buffer: hand out an empty view.
+            _ => {
+                let buf = Arc::new(Storage::Host(Vec::new()));
+                f(Reduced {
+                    buf: &buf,
+                    offset: 0,
+                    len: 0,
+                })
+            }
+        }
+    }
+}
+
+macro_rules! regions {
+    ($($field:ident: $t:ty [$($info:tt)*]),*) => {
+        /// One region per dtype; fields are named after the `DType` variants so that one
+        /// list drives both.
+        #[allow(non_snake_case)]
+        pub(super) struct Regions { $(pub(super) $field: Region<$t>,)* }
+
+        impl Regions {
+            pub(super) const fn new() -> Self {
+                Self { $($field: Region::new(),)* }
+            }
+            pub(super) fn reset(&mut self) {
+                $(
+                    self.$field.len = 0;
+                    self.$field.host_values = false;
+                    self.$field.device_values = false;
+                )*
+                self.release_shared();
+            }
+            pub(super) fn release_shared(&mut self) {
+                $(self.$field.shared = None;)*
+            }
+            /// Rank 0's side of a result exchange: its non-empty buffers, by dtype index.
+            pub(super) fn offer(&self, out: &mut SharedBuffers) {
+                $(if self.$field.len > 0 {
+                    out[DType::$field.index()] = self.$field.buf.clone().map(|b| b as Arc<dyn Any + Send + Sync>);
+                })*
+            }
+            /// The other ranks' side: view rank 0's buffers from now on.
+            pub(super) fn adopt(&mut self, from: &mut SharedBuffers) {
+                $(if let Some(b) = from[DType::$field.index()].take() {
+                    self.$field.shared = b.downcast::<Storage<$t>>().ok();
+                })*
+            }
+            pub(super) fn prepare(&mut self) {
+                $(self.$field.prepare();)*
+            }
+            /// Makes room for `len` more elements of dtype `d` (on a GPU or not), and
+            /// returns their offset; `None` if the region's length overflows.
+            #[inline]
+            pub(super) fn append(&mut self, d: DType, len: usize, device: bool) -> Option<usize> {
+                match d { $(DType::$field => {
+                    let r = &mut self.$field;
+                    let offset = r.len;
+                    r.len = offset.checked_add(len)?;
+                    if device {
+                        r.device_values = true;
+                    } else {
+                        r.host_values = true;
+                    }
+                    Some(offset)
+                })* }
+            }
+            /// Sizes each region for `collective`'s output from `inputs`' lengths; `None`
+            /// if a length overflows.
+            pub(super) fn size_outputs(&mut self, inputs: &Regions, collective: Collective, ranks: usize) -> Option<()> {
+                $(self.$field.len = if inputs.$field.len == 0 {
+                    0
+                } else {
+                    collective.output_len(inputs.$field.len, ranks)?
+                };)*
+                Some(())
+            }
+            /// The non-empty regions, at most one per dtype, on the stack.
+            pub(super) fn with_slices<R>(&mut self, f: impl FnOnce(&mut [RegionMut<'_>]) -> R) -> R {
+                let mut all: [RegionMut<'_>; DType::COUNT] = [$(<$t>::region_mut(self.$field.slice_mut()),)*];
+                let mut n = 0;
+                for i in 0..DType::COUNT {
+                    if !all[i].is_empty() {
+                        all.swap(n, i);
+                        n += 1;
+                    }
+                }
+                f(&mut all[..n])
+            }
+        }
+
+        impl Regions {
+            /// The region of `E`. Always `Some`: `Element` is sealed and every element type
+            /// has its field (the downcast folds away, `E::DTYPE` being a constant).
+            pub(super) fn get<E: Element>(&mut self) -> Option<&mut Region<E>> {
+                let region: &mut dyn Any = match E::DTYPE { $(DType::$field => &mut self.$field,)* };
+                region.downcast_mut()
+            }
+        }
+    };
+}
+
+crate::element::for_each_dtype!(regions);
+
+/// A slot's position in its dtype's region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotIdx {
+    pub(super) slot: usize,
+    pub(super) offset: usize,
+    pub(super) len: usize,
+    /// The value is on a GPU: its result is a view of the device buffer.
+    pub(super) device: bool,
+}
+
+impl SlotIdx {
+    /// What `add` returns when it is called out of order: no slot, so that `pack` refuses
+    /// it and `output` gives an empty result.
+    pub(super) const NONE: SlotIdx = SlotIdx {
+        slot: usize::MAX,
+        offset: 0,
+        len: 0,
+        device: false,
+    };
+}
