@@ -163,8 +163,8 @@ pub struct Reduced<'a, E> {
 
 impl<E: Element> Reduced<'_, E> {
     /// The elements, when they are in host memory: always, but for the result of a value
-    /// that lent [device elements](Bucketable::device_elements), which is on the GPU (and
-    /// reads here as empty).
+    /// that lent device elements (`Bucketable::device_elements`, feature `nccl`), which is
+    /// on the GPU (and reads here as empty).
     pub fn as_slice(&self) -> &[E] {
         self.buf
             .host()
