@@ -367,7 +367,9 @@ mod tests {
     #[test]
     fn barrier_separates_rounds() {
         const N: usize = 4;
-        const ROUNDS: usize = 2_000;
+        // Under Miri a round costs about 20 ms: a few rounds check the memory accesses, and
+        // the loom model of the barrier checks its interleavings.
+        const ROUNDS: usize = if cfg!(miri) { 100 } else { 2_000 };
         let barrier = Arc::new(Barrier::new(N));
         let counter = Arc::new(StdAtomicUsize::new(0));
         let threads: Vec<_> = (0..N)
