@@ -28,8 +28,8 @@ rustup component add miri rust-src --toolchain nightly
 cargo +nightly miri setup
 
 export PROPTEST_CASES=${PROPTEST_CASES:-2}
-models=("${@:-stacked tree}")
-for model in ${models[*]}; do
+[ $# -gt 0 ] || set -- stacked tree
+for model in "$@"; do
     case $model in
         stacked) flags="" ;;
         tree) flags="-Zmiri-tree-borrows" ;;
