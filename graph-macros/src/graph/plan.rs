@@ -44,13 +44,10 @@ impl GroupPlan {
             .filter(|(_, &v)| g.values[v].place().map(Place::group) == Some(index))
             .map(|(k, _)| k)
             .collect();
-        let tys = out_parts.iter().map(|&k| part_type(g, k));
         let out_ty = if out_parts.is_empty() {
             quote!(())
-        } else if g.output.tuple {
-            quote!((#(#tys,)*))
         } else {
-            quote!(#(#tys)*)
+            parts_type(g, out_parts.iter().copied())
         };
         GroupPlan {
             index,
@@ -63,7 +60,7 @@ impl GroupPlan {
 
 /// The type of one output part on one rank: a value of one actor is `Some` on that rank
 /// only.
-pub(crate) fn part_type(g: &Graph, k: usize) -> TokenStream {
+fn part_type(g: &Graph, k: usize) -> TokenStream {
     let v = &g.values[g.output.parts[k]];
     let ty = &g.output.tys[k];
     match v.place() {
@@ -74,7 +71,12 @@ pub(crate) fn part_type(g: &Graph, k: usize) -> TokenStream {
 
 /// The type of one rank's output.
 pub(crate) fn output_type(g: &Graph) -> TokenStream {
-    let tys = (0..g.output.parts.len()).map(|k| part_type(g, k));
+    parts_type(g, 0..g.output.parts.len())
+}
+
+/// The type of output parts `parts` on one rank: a tuple of them if the output is one.
+fn parts_type(g: &Graph, parts: impl Iterator<Item = usize>) -> TokenStream {
+    let tys = parts.map(|k| part_type(g, k));
     if g.output.tuple {
         quote!((#(#tys,)*))
     } else {

@@ -215,9 +215,7 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
             poll_fn(|cx| self.poll_done(cx)).await;
             self.finish_oldest(None);
         }
-        self.pipeline.room()?;
-        self.begin(inputs)?;
-        let ticket = self.pipeline.issue();
+        let ticket = self.start(inputs)?;
         self.wait_async(ticket).await
     }
 
@@ -257,6 +255,12 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
         while self.pipeline.must_drain() {
             self.finish_oldest(deadline);
         }
+        self.start(inputs)
+    }
+
+    /// Starts one execution, once the pipeline has been drained as it requires: its
+    /// ticket, or [`Error::InFlightFull`] if there is no room for it.
+    fn start(&mut self, inputs: In) -> Result<Ticket, Error> {
         self.pipeline.room()?;
         self.begin(inputs)?;
         Ok(self.pipeline.issue())
