@@ -175,7 +175,12 @@ impl Maker {
         self.calls += 1;
         let dev = current_device()?;
         let s = self.calls;
-        let big = dev.stream().clone_htod(&values::<f32>(s, 0, 1000))?;
+        // Not `clone_htod`: a copy from pageable memory on the actor's stream may wait
+        // behind the group's collectives (see `Tensor::to_device`).
+        let staged = on_gpu::<f32>(&dev, s, 0, &[1000])?;
+        let big = dev
+            .stream()
+            .clone_dtod(&staged.device_view().ok_or("a GPU tensor")?)?;
         Ok((
             Tensor::from_device(big, [1000])?,
             on_gpu(&dev, s + 1, 0, &[3, 5])?,

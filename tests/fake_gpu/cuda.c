@@ -10,7 +10,12 @@
  * stream gets to it; freed memory is poisoned and held in a quarantine for a while rather
  * than handed out again, so a free that overtakes a use on another stream, or a use that
  * overtakes the allocation, is caught and named), host and device addresses are not
- * confused, and no wait lasts longer than FAKE_GPU_TIMEOUT_S (default 60) seconds. Each
+ * confused, and no wait lasts longer than FAKE_GPU_TIMEOUT_S (default 60) seconds. As on
+ * a GPU, a copy from pageable host memory to a stream waits, on the host, for the work
+ * queued on that stream before it (the driver stages pageable memory itself), while a copy
+ * from page-locked memory (cuMemHostAlloc) returns at once and reads the memory when the
+ * stream gets to it; page-locked memory freed while a queued copy still reads it aborts
+ * the run. Each
  * stream sleeps up to FAKE_GPU_JITTER_US (default 20) microseconds before each job, so
  * that streams run at uneven speeds.
  *
@@ -755,21 +760,87 @@ CUresult cuMemFree_v2(CUdeviceptr ptr) {
     return CUDA_SUCCESS;
 }
 
+/* ---- page-locked host memory ---- */
+
+typedef struct {
+    uintptr_t ptr;
+    size_t bytes;
+    unsigned long long readers; /* queued copies that read or write it */
+} pinned_block;
+
+static pinned_block *pinned;
+static size_t n_pinned, cap_pinned;
+
+/* The page-locked block that holds [ptr, ptr + bytes), or NULL (the lock held). */
+static pinned_block *find_pinned(const void *ptr, size_t bytes) {
+    uintptr_t p = (uintptr_t)ptr;
+    for (size_t i = 0; i < n_pinned; i++)
+        if (p >= pinned[i].ptr && p + bytes <= pinned[i].ptr + pinned[i].bytes)
+            return &pinned[i];
+    return NULL;
+}
+
+CUresult cuMemHostAlloc(void **out, size_t bytes, unsigned flags) {
+    (void)flags;
+    if (bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, bytes))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    fake_lock();
+    if (n_pinned == cap_pinned) {
+        cap_pinned = cap_pinned ? 2 * cap_pinned : 16;
+        pinned = fake_xrealloc(pinned, cap_pinned * sizeof *pinned);
+    }
+    pinned[n_pinned++] = (pinned_block){(uintptr_t)p, bytes, 0};
+    fake_unlock();
+    *out = p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAllocHost_v2(void **out, size_t bytes) { return cuMemHostAlloc(out, bytes, 0); }
+
+CUresult cuMemFreeHost(void *p) {
+    fake_lock();
+    pinned_block *b = find_pinned(p, 1);
+    if (!b || b->ptr != (uintptr_t)p)
+        fake_die("cuMemFreeHost(%p): not page-locked memory from cuMemHostAlloc", p);
+    if (b->readers)
+        fake_die("cuMemFreeHost(%p): %llu queued copies still use this page-locked memory", p,
+                 b->readers);
+    *b = pinned[--n_pinned];
+    fake_unlock();
+    free(p);
+    return CUDA_SUCCESS;
+}
+
 typedef struct {
     void *dst;
     const void *src;
     size_t bytes;
-    int kind; /* 0 host to device (src is the staged copy below), 1 device to host, 2 d2d */
+    /* 0 host to device (src is the staged copy below, unless `pinned`), 1 device to host,
+     * 2 d2d */
+    int kind;
+    /* The page-locked host side of a host copy (read or written when the stream gets to
+     * the copy), or NULL: pageable memory. */
+    const void *pinned;
     unsigned char staged[];
 } copy_arg;
 
 static void copy_job(void *arg) {
     copy_arg *c = arg;
     CUdeviceptr dst = (CUdeviceptr)(uintptr_t)c->dst, src = (CUdeviceptr)(uintptr_t)c->src;
+    if (c->pinned) {
+        pinned_block *b = find_pinned(c->pinned, c->bytes);
+        if (!b)
+            fake_die("a queued copy's page-locked memory at %p was freed before the copy ran",
+                     c->pinned);
+        b->readers--;
+    }
     switch (c->kind) {
     case 0:
         fake_check_device_range(dst, c->bytes, -1, "cuMemcpyHtoDAsync destination");
-        memcpy(c->dst, c->staged, c->bytes);
+        memcpy(c->dst, c->pinned ? c->src : c->staged, c->bytes);
         break;
     case 1:
         fake_check_device_range(src, c->bytes, -1, "cuMemcpyDtoHAsync source");
@@ -786,17 +857,31 @@ static void copy_job(void *arg) {
 static CUresult copy(void *dst, const void *src, size_t bytes, int kind, fake_stream *s) {
     if (bytes == 0)
         return CUDA_SUCCESS;
-    copy_arg *c = fake_xmalloc(sizeof *c + (kind == 0 ? bytes : 0));
-    *c = (copy_arg){dst, src, bytes, kind};
-    if (kind == 0) {
-        /* Pageable host memory is staged at the call: the caller may reuse it at once. */
+    const void *host = kind == 0 ? src : kind == 1 ? dst : NULL;
+    fake_lock();
+    pinned_block *pin = host ? find_pinned(host, bytes) : NULL;
+    if (pin)
+        pin->readers++;
+    fake_unlock();
+    copy_arg *c = fake_xmalloc(sizeof *c + (kind == 0 && !pin ? bytes : 0));
+    *c = (copy_arg){dst, src, bytes, kind, pin ? host : NULL};
+    if (kind == 0 && !pin) {
+        /* Pageable host memory is staged at the call, so the caller may reuse it at once;
+         * the driver may first wait for the stream's queued work (its staging buffers
+         * drain only as fast as the stream runs), where no abort reaches the host thread:
+         * the simulation always does. */
         fake_lock();
         check_host_range(src, bytes, "cuMemcpyHtoDAsync source");
+        if (!is_default(s)) {
+            count_wait(s->device);
+            drain(s, "a copy from pageable host memory (cuMemcpyHtoDAsync) waiting for the "
+                     "work queued before it on its stream");
+        }
         fake_unlock();
         memcpy(c->staged, src, bytes);
     }
     fake_enqueue(s, copy_job, c);
-    if (kind == 1 && !is_default(s)) {
+    if (kind == 1 && !pin && !is_default(s)) {
         /* A copy to pageable host memory returns once it is done. */
         fake_lock();
         count_wait(s->device);

@@ -475,3 +475,38 @@ fn results_held_across_a_timeout_stay_right() {
     }
     g.teardown().unwrap();
 }
+
+graph! {
+    GradThenLoss(ns: [Pair]) {
+        let g = ns.grad();
+        let l = ns.loss();
+        let rg = allreduce(g);
+        let rl = allreduce(l);
+        (rg, rl)
+    }
+}
+
+#[test]
+fn a_host_value_queued_behind_a_stuck_collective_fails_the_stage_without_a_hang() {
+    let Some(sim) = sim() else { return };
+    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
+    let mut g = GradThenLoss::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
+    for (t, l) in g.execute_timeout(LONG).unwrap() {
+        assert_eq!((host(&t), l), (want.clone(), 3.0));
+    }
+    // The gradient's allreduce never completes on GPU 1 (and so on GPU 0, which waits for
+    // it): the loss, a host value, is then uploaded behind it on both streams. From
+    // pageable memory the simulation's upload waits for the stream, as a GPU's may; the
+    // staged upload returns, and the stage reports NCCL's error.
+    sim.async_error(1, 1);
+    match g.execute_timeout(LONG).map(drop) {
+        Err(Error::Gpu { call, .. }) => assert_eq!(call, "ncclCommGetAsyncError"),
+        other => panic!("expected the asynchronous NCCL error, got {other:?}"),
+    }
+    assert!(matches!(
+        g.execute_timeout(LONG).map(drop),
+        Err(Error::Broken { .. })
+    ));
+    g.teardown().unwrap();
+}

@@ -13,9 +13,14 @@ use super::region::{Region, Regions, SlotIdx};
 use super::{Bucketable, FusedStage};
 use crate::comm::{Collective, Communicator, DevRegion, Header, Status};
 pub(super) use crate::gpu::Device;
-use crate::gpu::{alloc_zeros, copy_ordered, gpu};
+use crate::gpu::{alloc_zeros, copy_ordered, gpu, Pinned};
 use crate::tensor::Storage;
 use crate::{DType, Element, Error};
+
+/// The page-locked buffer of a region's host values (see `gpu::staging`): uploads from
+/// pageable memory could wait, inside the driver, behind a collective that never
+/// completes.
+pub(super) type Staging = Pinned;
 
 /// Whether a value lives on a GPU.
 pub(super) fn on_device<T: Bucketable>(value: &T) -> bool {
@@ -41,16 +46,35 @@ impl<E: Element> Region<E> {
             }
             return Ok(());
         }
+        let len = self.len;
         if self.host_values {
             self.prepare();
+            self.prepare_pinned(device)?;
         }
-        let len = self.len;
         if self.dev_mut().is_some_and(|d| d.len() >= len) {
             return Ok(());
         }
         let buf = alloc_zeros::<E>(device.stream(), len)?;
         self.dev = Some(Arc::new(Storage::Device(buf)));
         Ok(())
+    }
+
+    /// Makes `pinned` a page-locked buffer of at least `len` elements, free to write.
+    ///
+    /// The copies queued from it last time have run, or are about to, so waiting for them
+    /// cannot hang: they were queued in an earlier execution before this stage's
+    /// collective, which that execution waited for (abortably), as a stage with host
+    /// values does.
+    fn prepare_pinned(&mut self, device: &Device) -> Result<(), Error> {
+        let bytes = self.len.saturating_mul(std::mem::size_of::<E>());
+        match &self.pinned {
+            Some(p) if p.bytes() >= bytes => p.wait_free(),
+            _ => {
+                // The old buffer waits for its copies as it goes.
+                self.pinned = Some(Pinned::new(device.context(), bytes)?);
+                Ok(())
+            }
+        }
     }
 
     fn dev_mut(&mut self) -> Option<&mut CudaSlice<E>> {
@@ -83,52 +107,28 @@ impl<E: Element> Region<E> {
         }
     }
 
-    /// Copies `src` (host) to `range` of the device buffer.
+    /// Packs a host value into its range of the page-locked buffer (`fill`), then queues
+    /// its copy to the device buffer: it never waits for the stream.
     fn upload(
         &mut self,
         range: Range<usize>,
-        src: &[E],
+        fill: impl FnOnce(&mut [E]),
         stream: &Arc<CudaStream>,
     ) -> Result<(), Error> {
-        let mut dst = self
-            .dev_mut()
-            .and_then(|d| d.try_slice_mut(range))
-            .ok_or_else(missing_buffer)?;
-        if dst.len() != src.len() {
-            return Err(missing_buffer());
-        }
-        stream
-            .memcpy_htod(src, &mut dst)
-            .map_err(gpu("cuMemcpyHtoD"))
-    }
-
-    /// Packs a host value into the host staging buffer, then copies it to the device.
-    fn stage_and_upload(
-        &mut self,
-        range: Range<usize>,
-        pack: impl FnOnce(&mut [E]),
-        stream: &Arc<CudaStream>,
-    ) -> Result<(), Error> {
-        let staged = self
-            .slice_mut()
-            .get_mut(range.clone())
-            .ok_or_else(missing_buffer)?;
-        pack(staged);
-        let Region { buf, dev, .. } = self;
-        let src = buf
-            .as_ref()
-            .and_then(|b| b.host())
-            .and_then(|h| h.get(range.clone()))
-            .ok_or_else(missing_buffer)?;
+        let Region { dev, pinned, .. } = self;
+        let pinned = pinned.as_mut().ok_or_else(missing_buffer)?;
+        fill(
+            pinned
+                .elements_mut::<E>(range.start, range.len())
+                .ok_or_else(missing_buffer)?,
+        );
         let mut dst = dev
             .as_mut()
             .and_then(Arc::get_mut)
             .and_then(Storage::device_mut)
-            .and_then(|d| d.try_slice_mut(range))
+            .and_then(|d| d.try_slice_mut(range.clone()))
             .ok_or_else(missing_buffer)?;
-        stream
-            .memcpy_htod(src, &mut dst)
-            .map_err(gpu("cuMemcpyHtoD"))
+        pinned.upload(range.start, &mut dst, stream)
     }
 
     /// Copies a GPU value to `range` of the device buffer.
@@ -256,8 +256,10 @@ impl FusedStage {
             return region.copy_in(range, &src, stream);
         }
         match value.elements() {
-            Some(src) if src.len() == at.len => region.upload(range, src, stream),
-            _ => region.stage_and_upload(range, |dst| value.pack(dst), stream),
+            Some(src) if src.len() == at.len => {
+                region.upload(range, |dst| dst.copy_from_slice(src), stream)
+            }
+            _ => region.upload(range, |dst| value.pack(dst), stream),
         }
     }
 

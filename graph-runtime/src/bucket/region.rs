@@ -26,6 +26,9 @@ pub(crate) struct Region<E> {
     pub(super) device_values: bool,
     /// Device mode: the flat buffer on the actor's GPU. Reused like `buf`.
     pub(super) dev: Option<Arc<Storage<E>>>,
+    /// Device mode: the page-locked buffer that host values go to the GPU through.
+    #[cfg(feature = "nccl")]
+    pub(super) pinned: Option<super::device::Staging>,
 }
 
 impl<E: Element> Region<E> {
@@ -37,6 +40,8 @@ impl<E: Element> Region<E> {
             host_values: false,
             device_values: false,
             dev: None,
+            #[cfg(feature = "nccl")]
+            pinned: None,
         }
     }
 

@@ -3,7 +3,9 @@
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use cudarc::driver::{CudaContext, CudaStream, DriverError};
+use cudarc::driver::{CudaContext, CudaStream, CudaViewMut, DriverError};
+
+use super::staging::Staging;
 
 use crate::Error;
 
@@ -17,6 +19,9 @@ use crate::Error;
 #[derive(Clone, Debug)]
 pub struct Device {
     stream: Arc<CudaStream>,
+    /// Page-locked buffers that copies from the host go through (see `staging`), shared
+    /// by the clones of this `Device`.
+    staging: Arc<Mutex<Staging>>,
 }
 
 impl Device {
@@ -30,7 +35,10 @@ impl Device {
         let ctx = context(ordinal)?;
         ctx.bind_to_thread().map_err(gpu("cuCtxSetCurrent"))?;
         let stream = ctx.new_stream().map_err(gpu("cuStreamCreate"))?;
-        Ok(Self { stream })
+        Ok(Self {
+            stream,
+            staging: Arc::default(),
+        })
     }
 
     /// The GPU's ordinal (its index among the GPUs the driver sees).
@@ -46,6 +54,20 @@ impl Device {
     /// The stream the actor's stages run on.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// Queues the copy of `src` (host memory) into `dst` on the stream, through the
+    /// device's page-locked staging ([`Staging`]): it returns without waiting for the
+    /// work queued before it, where a copy from pageable memory may wait inside the driver.
+    pub(crate) fn upload<E: crate::Element>(
+        &self,
+        src: &[E],
+        dst: &mut CudaViewMut<'_, E>,
+    ) -> Result<(), Error> {
+        self.staging
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .upload(self.context(), src, dst, &self.stream)
     }
 
     /// Waits until every operation queued on the stream is done.

@@ -17,7 +17,7 @@ use crate::comm::{
     AbortHandle, Collective, Communicator, DevRegion, DeviceComm, Disagreement, Header, RegionMut,
     StageError,
 };
-use crate::gpu::{alloc_zeros, gpu, set_current, Device};
+use crate::gpu::{alloc_zeros, gpu, set_current, Device, Pinned};
 use crate::{DType, Error, ReduceOp};
 
 /// What the ranks of one group share.
@@ -80,6 +80,8 @@ struct Attached {
     warm: CudaSlice<u8>,
     /// Device copies of the regions handed to the host-memory `stage`.
     scratch: Vec<CudaSlice<u8>>,
+    /// The page-locked buffers their inputs go to the GPU through, by region.
+    staging: Vec<Pinned>,
 }
 
 impl Drop for NcclComm {
@@ -456,6 +458,7 @@ impl Communicator for NcclComm {
             launched: 0,
             warm,
             scratch: Vec::new(),
+            staging: Vec::new(),
         });
         self.warm_up().map_err(|e| match e {
             StageError::Comm(e) => e,
@@ -539,10 +542,27 @@ impl Attached {
         }
         let dev = &mut self.scratch[i];
         if upload && !bytes.is_empty() {
+            // Through page-locked memory: a copy from pageable memory could wait inside the
+            // driver behind earlier stages' collectives, where no abort reaches it.
+            if self.staging.get(i).is_none_or(|p| p.bytes() < need) {
+                let p = Pinned::new(self.device.context(), need).map_err(StageError::Comm)?;
+                match self.staging.get_mut(i) {
+                    Some(s) => *s = p,
+                    None => self.staging.push(p),
+                }
+            }
+            let pinned = &mut self.staging[i];
+            // The copies from it last time ran before that stage's collective, which
+            // `stage_host` waited for: this returns at once.
+            pinned.wait_free().map_err(StageError::Comm)?;
+            pinned
+                .elements_mut::<u8>(0, bytes.len())
+                .ok_or_else(|| StageError::Comm(Error::Backend("internal error: staging".into())))?
+                .copy_from_slice(bytes);
             let mut dst = dev.slice_mut(..bytes.len());
-            stream
-                .memcpy_htod(&*bytes, &mut dst)
-                .map_err(|e| StageError::Comm(gpu("cuMemcpyHtoD")(e)))?;
+            pinned
+                .upload(0, &mut dst, &stream)
+                .map_err(StageError::Comm)?;
         }
         let (ptr, _record) = dev.device_ptr_mut(&stream);
         Ok(DevRegion::new(r.dtype(), ptr, r.len()))

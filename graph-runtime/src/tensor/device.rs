@@ -55,6 +55,12 @@ impl<E: Element> Tensor<E> {
 
     /// A copy of this tensor on `device`'s GPU, queued on its stream (from the host, or
     /// from any GPU). An error if the allocation or the copy fails.
+    ///
+    /// It never waits for the work queued before it on the stream: host data goes through
+    /// page-locked buffers that the device keeps and reuses. (A copy from pageable memory,
+    /// such as cudarc's `clone_htod` of a `Vec`, may wait inside the driver for the
+    /// stream, so behind the group's collectives, where no abort reaches it: in a method,
+    /// prefer `to_device`.)
     pub fn to_device(&self, device: &Device) -> Result<Self, Error> {
         let stream = device.stream();
         let mut buf = alloc_zeros::<E>(stream, self.len)?;
@@ -63,9 +69,8 @@ impl<E: Element> Tensor<E> {
                 .try_slice_mut(..self.len)
                 .ok_or_else(|| Error::Placement("a GPU allocation is shorter than asked".into()))?;
             match (self.host_slice(), self.device_view()) {
-                (Some(src), _) => stream
-                    .memcpy_htod(src, &mut dst)
-                    .map_err(gpu("cuMemcpyHtoD"))?,
+                // Through page-locked memory: it never waits behind the stream's work.
+                (Some(src), _) => device.upload(src, &mut dst)?,
                 // cudarc copies between GPUs (peer to peer) when the view is on another one.
                 (None, Some(src)) => copy_ordered(stream, &src, || {
                     stream
