@@ -50,6 +50,8 @@ void *fake_xrealloc(void *ptr, size_t bytes);
  * stays pending after the host call returns (every job on a stream of GPU `device` first
  * sleeps `us` microseconds; 0 turns it off):
  *   void fake_gpu_slow_jobs(int device, unsigned us);        (cuda.c)
+ * the next batch of NCCL collectives on GPU `device` first waits `ms` milliseconds:
+ *   void fake_nccl_delay_next(int device, unsigned ms);     (nccl.c)
  * counts of NCCL launches and collective calls per GPU:
  *   void fake_nccl_counts(int device, unsigned long long *launches,
  *                         unsigned long long *calls);         (nccl.c)

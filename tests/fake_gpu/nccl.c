@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fake.h"
 
@@ -69,6 +70,7 @@ typedef struct comm {
     clique *clique;
     int rank, device, aborted;
     ncclResult_t async_error; /* what ncclCommGetAsyncError says */
+    unsigned long long queued; /* collectives launched on a stream and not yet run */
 } comm;
 
 static clique *cliques;
@@ -138,7 +140,7 @@ ncclResult_t ncclCommInitRank(comm **out, int nranks, ncclUniqueId id, int rank)
         }
     }
     comm *me = fake_xcalloc(1, sizeof *me);
-    *me = (comm){c, rank, device, 0, ncclSuccess};
+    *me = (comm){c, rank, device, 0, ncclSuccess, 0};
     c->ranks[rank] = me;
     c->joined++;
     fake_broadcast();
@@ -150,14 +152,15 @@ ncclResult_t ncclCommInitRank(comm **out, int nranks, ncclUniqueId id, int rank)
     return ncclSuccess;
 }
 
-/* Stops this rank's queued collectives; its peers' collectives never complete again
- * (until their own communicators are aborted), as on GPUs. */
+/* Discards this rank's queued collectives (they run as no-ops: their results are never
+ * written); its peers' collectives never complete again (until their own communicators
+ * are aborted), as on GPUs. */
 ncclResult_t ncclCommAbort(comm *c) {
     if (!c)
         return ncclSuccess;
     fake_lock();
     if (c->aborted)
-        fake_die("ncclCommAbort twice on rank %d", c->rank);
+        fake_die("ncclCommAbort or ncclCommDestroy twice on rank %d", c->rank);
     c->aborted = 1;
     c->clique->broken = 1;
     fake_broadcast();
@@ -165,7 +168,23 @@ ncclResult_t ncclCommAbort(comm *c) {
     return ncclSuccess;
 }
 
-ncclResult_t ncclCommDestroy(comm *c) { return ncclCommAbort(c); }
+/* As NCCL's (which finalizes first): waits, on the host, until this rank's queued
+ * collectives have run, so their results are kept, then frees the communicator. A
+ * collective that cannot complete (a peer aborted) makes it wait until the timeout. */
+ncclResult_t ncclCommDestroy(comm *c) {
+    if (!c)
+        return ncclSuccess;
+    fake_lock();
+    if (c->aborted)
+        fake_die("ncclCommDestroy after ncclCommAbort or ncclCommDestroy on rank %d", c->rank);
+    double waited = 0;
+    while (c->queued)
+        fake_wait("ncclCommDestroy waiting for the rank's queued collectives", &waited);
+    c->aborted = 1;
+    fake_broadcast();
+    fake_unlock();
+    return ncclSuccess;
+}
 
 ncclResult_t ncclCommCount(const comm *c, int *count) {
     *count = c->clique->nranks;
@@ -488,10 +507,33 @@ typedef struct {
     op ops[];
 } batch;
 
+/* Test control: the next batch of collectives on GPU `delay_device` first waits
+ * `delay_ms` milliseconds (a slow GPU, so that a host thread meets the work still
+ * queued long after it was launched). */
+static int delay_device = -1;
+static unsigned delay_ms;
+
+void fake_nccl_delay_next(int device, unsigned ms) {
+    fake_lock();
+    delay_device = device;
+    delay_ms = ms;
+    fake_unlock();
+}
+
 static void batch_job(void *arg) {
     batch *b = arg;
-    for (size_t i = 0; i < b->n; i++)
+    if (b->n && b->ops[0].comm->device == delay_device) {
+        unsigned ms = delay_ms;
+        delay_device = -1;
+        fake_unlock();
+        usleep((useconds_t)ms * 1000);
+        fake_lock();
+    }
+    for (size_t i = 0; i < b->n; i++) {
         run_op(&b->ops[i]);
+        b->ops[i].comm->queued--;
+    }
+    fake_broadcast();
 }
 
 /* The calls between ncclGroupStart and ncclGroupEnd on this thread, and the first error
@@ -528,12 +570,15 @@ static void launch(op *ops, size_t n) {
                 k++;
         batch *b = fake_xmalloc(sizeof *b + k * sizeof(op));
         b->n = 0;
+        fake_lock();
         for (size_t j = i; j < n; j++) {
             if (ops[j].comm && ops[j].stream == s) {
+                ops[j].comm->queued++;
                 b->ops[b->n++] = ops[j];
                 ops[j].comm = NULL;
             }
         }
+        fake_unlock();
         fake_enqueue(s, batch_job, b);
     }
 }

@@ -101,6 +101,7 @@ struct Sim {
     host_waits: unsafe extern "C" fn(c_int) -> u64,
     slow_jobs: unsafe extern "C" fn(c_int, u32),
     async_error: unsafe extern "C" fn(c_int, c_int),
+    delay_next: unsafe extern "C" fn(c_int, u32),
     /// The test's turn on the GPUs, held as long as the controls.
     _turn: Turn,
 }
@@ -127,6 +128,8 @@ fn sim() -> Option<Sim> {
                 .map(|f| *f),
             nccl.get::<unsafe extern "C" fn(c_int, c_int)>(b"fake_nccl_async_error\0")
                 .map(|f| *f),
+            nccl.get::<unsafe extern "C" fn(c_int, u32)>(b"fake_nccl_delay_next\0")
+                .map(|f| *f),
         )
     };
     match found {
@@ -137,6 +140,7 @@ fn sim() -> Option<Sim> {
             Ok(host_waits),
             Ok(slow_jobs),
             Ok(async_error),
+            Ok(delay_next),
         ) => Some(Sim {
             fail_alloc,
             fail_nccl_call,
@@ -144,6 +148,7 @@ fn sim() -> Option<Sim> {
             host_waits,
             slow_jobs,
             async_error,
+            delay_next,
             _turn: turn,
         }),
         _ => {
@@ -186,6 +191,12 @@ impl Sim {
     fn async_error(&self, device: usize, nth: usize) {
         // SAFETY: a plain call into the simulation.
         unsafe { (self.async_error)(device as c_int, nth as c_int) }
+    }
+
+    /// The next batch of NCCL collectives on GPU `device` first waits `ms` milliseconds.
+    fn delay_next(&self, device: usize, ms: u32) {
+        // SAFETY: a plain call into the simulation.
+        unsafe { (self.delay_next)(device as c_int, ms) }
     }
 
     /// Host calls so far that waited for, or polled, a stream of GPU `device`.
@@ -412,12 +423,12 @@ fn results_held_across_teardown_stay_right() {
     let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
     let mut g = PairGrad::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
     g.execute_timeout(LONG).unwrap();
-    // Teardown aborts the communicators while this execution's allreduce is still queued.
-    sim.slow_jobs(1, 20_000);
+    // This execution's allreduce is still queued at teardown, and stays so for longer
+    // than a failing rank would wait before aborting (2 s): a healthy teardown waits for
+    // it and destroys the communicators (an abort would discard it).
+    sim.delay_next(1, 3_000);
     let held = g.execute_timeout(LONG).unwrap();
-    let back = g.teardown();
-    sim.slow_jobs(1, 0);
-    assert!(back.is_ok());
+    assert!(g.teardown().is_ok());
     for t in &held {
         let got = host(t);
         assert!(got == want, "a result handed out before teardown changed");

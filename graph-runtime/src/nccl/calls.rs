@@ -41,8 +41,24 @@ impl RawComm {
         Ok(())
     }
 
+    /// Destroys the communicator after a healthy run: NCCL completes the work of it
+    /// still queued (`ncclCommDestroy` finalizes first), then frees it. The caller has
+    /// waited for that work already, so this does not wait for peers.
+    pub(super) fn destroy(&mut self) {
+        if std::mem::take(&mut self.live) {
+            // SAFETY: a handle from `ncclCommInitRank`, destroyed once (`live`) and used
+            // by nothing after: `live` is false from now on, and every use checks it or
+            // the group's flags first; no other thread holds it (`&mut self`).
+            let r = unsafe { sys::ncclCommDestroy(self.handle) };
+            if r != sys::ncclResult_t::ncclSuccess {
+                // Nothing can be returned from teardown: say it where it happens.
+                eprintln!("actorgraph: ncclCommDestroy failed: {r:?}");
+            }
+        }
+    }
+
     /// Aborts the communicator: NCCL work of it still queued or running on the GPU stops,
-    /// so that the stream drains.
+    /// so that the stream drains. Only after a failure: queued work is discarded.
     pub(super) fn abort(&mut self) {
         if std::mem::take(&mut self.live) {
             // SAFETY: a handle from `ncclCommInitRank`, aborted once (`live`), and used by
@@ -61,7 +77,8 @@ unsafe impl Send for RawComm {}
 
 impl Drop for RawComm {
     fn drop(&mut self) {
-        // Abort rather than destroy: it does not wait for peers, which may be gone.
+        // Not destroyed by a healthy teardown: the group failed. Abort rather than
+        // destroy: it does not wait for peers, which may be gone.
         self.abort();
     }
 }

@@ -37,6 +37,10 @@ struct Shared {
     failed_launch: AtomicUsize,
     /// Whether a rank saw an asynchronous NCCL error.
     async_failed: AtomicBool,
+    /// Whether the group ended in a failure (a rank's stage or wait failed, or met the
+    /// abort): its communicators are then aborted at teardown, not destroyed. The abort
+    /// flag alone does not say so: teardown raises it too.
+    broken: AtomicBool,
 }
 
 impl Shared {
@@ -86,10 +90,14 @@ struct Attached {
 
 impl Drop for NcclComm {
     fn drop(&mut self) {
-        // The collectives whose results the caller may still hold finish before the
-        // communicator is aborted (teardown aborts the group first, so no wait here would
-        // otherwise let them).
-        self.let_collectives_finish();
+        if self.shared.broken.load(SeqCst) || std::thread::panicking() {
+            // After a failure: the collectives whose results the caller may still hold
+            // finish (if they can) before the communicator is aborted (by `RawComm`'s
+            // drop), which discards what is still queued.
+            self.let_collectives_finish();
+        } else {
+            self.finish_and_destroy();
+        }
     }
 }
 
@@ -104,6 +112,7 @@ impl NcclComm {
             board: Board::new(size),
             failed_launch: AtomicUsize::new(usize::MAX),
             async_failed: AtomicBool::new(false),
+            broken: AtomicBool::new(false),
         });
         let all: Arc<[usize]> = devices.into();
         devices
@@ -185,6 +194,7 @@ impl NcclComm {
         // Calls out of step with the peers' no longer pair up, in NCCL either.
         let calls = matches!(r, Err(StageError::Disagreed(Disagreement::Calls { .. })));
         if calls || matches!(r, Err(StageError::Comm(_) | StageError::Aborted)) {
+            self.shared.broken.store(true, SeqCst);
             self.shared.abort();
             self.let_collectives_finish();
             if let Some(a) = &mut self.attached {
@@ -220,6 +230,40 @@ impl NcclComm {
                 || a.comm.async_error().is_err();
             (done || std::time::Instant::now() >= deadline).then_some(())
         });
+    }
+
+    /// A healthy teardown: every collective this rank launched, every rank launched
+    /// (each confirmed its launch), so they complete. Waits for this rank's stream,
+    /// polling so that a failure ends the wait (NCCL's error, a peer's failure, or
+    /// [`TEARDOWN_WAIT`]), then destroys the communicator, which keeps the results of
+    /// that work; an abort would discard what is still queued, results the caller may
+    /// already hold. When the wait ends in a failure, the group counts as broken and
+    /// `RawComm`'s drop aborts the communicator instead.
+    fn finish_and_destroy(&mut self) {
+        let shared = Arc::clone(&self.shared);
+        let Some(a) = &mut self.attached else { return };
+        if !a.comm.live {
+            return;
+        }
+        let deadline = std::time::Instant::now() + TEARDOWN_WAIT;
+        let finished = a.done.record(a.device.stream()).is_ok()
+            && poll(|| match a.done.try_is_complete() {
+                Ok(true) => Some(true),
+                Err(_) => Some(false),
+                Ok(false)
+                    if shared.broken.load(SeqCst)
+                        || a.comm.async_error().is_err()
+                        || std::time::Instant::now() >= deadline =>
+                {
+                    Some(false)
+                }
+                Ok(false) => None,
+            });
+        if finished {
+            a.comm.destroy();
+        } else {
+            shared.broken.store(true, SeqCst);
+        }
     }
 
     /// Waits for the work queued on this rank's stream, polling an event so that the wait
@@ -639,6 +683,11 @@ fn host_bytes<'r>(r: &'r mut RegionMut<'_>) -> &'r mut [u8] {
 /// How long a failing rank lets the collectives of earlier stages finish before it aborts
 /// its communicator (they normally take microseconds to milliseconds).
 const GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// How long a healthy teardown waits for this rank's queued work before it takes the
+/// group as failed and aborts (a stage's work normally takes microseconds to
+/// milliseconds; this only bounds a GPU that stopped).
+const TEARDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Calls `step` until it gives a value: hot first, since a stage's payload takes
 /// microseconds to milliseconds, then leaving the core to others.
