@@ -63,6 +63,9 @@ typedef struct clique {
     int arrived;
     unsigned long long generation;
     int broken; /* a rank aborted: collectives never complete again */
+    /* Lazy connection (NCCL_RUNTIME_CONNECT not 0): per size class of a launch (small,
+     * large), how many ranks have connected it. */
+    int lazy, connected[2];
     struct clique *next;
 } clique;
 
@@ -71,6 +74,7 @@ typedef struct comm {
     int rank, device, aborted;
     ncclResult_t async_error; /* what ncclCommGetAsyncError says */
     unsigned long long queued; /* collectives launched on a stream and not yet run */
+    int joined[2];             /* which size classes this rank has connected */
 } comm;
 
 static clique *cliques;
@@ -124,6 +128,10 @@ ncclResult_t ncclCommInitRank(comm **out, int nranks, ncclUniqueId id, int rank)
         c->nranks = nranks;
         c->ranks = fake_xcalloc((size_t)nranks, sizeof *c->ranks);
         c->ops = fake_xcalloc((size_t)nranks, sizeof *c->ops);
+        /* NCCL >= 2.22 connects peers inside the first collective that needs them unless
+         * NCCL_RUNTIME_CONNECT=0, which connects everything here, in the init. */
+        const char *rc = getenv("NCCL_RUNTIME_CONNECT");
+        c->lazy = !(rc && !strcmp(rc, "0"));
         c->next = cliques;
         cliques = c;
     }
@@ -140,7 +148,7 @@ ncclResult_t ncclCommInitRank(comm **out, int nranks, ncclUniqueId id, int rank)
         }
     }
     comm *me = fake_xcalloc(1, sizeof *me);
-    *me = (comm){c, rank, device, 0, ncclSuccess, 0};
+    *me = (comm){c, rank, device, 0, ncclSuccess, 0, {0, 0}};
     c->ranks[rank] = me;
     c->joined++;
     fake_broadcast();
@@ -553,7 +561,49 @@ void fake_nccl_counts(int device, unsigned long long *n_launches, unsigned long 
     fake_unlock();
 }
 
+/* Launches of at least this many bytes (per communicator) need the connections of a
+ * large collective: a different algorithm or protocol than a small one, which NCCL
+ * connects separately. */
+#define LARGE_BYTES ((size_t)64 << 10)
+
+/* A lazily connecting communicator's first launch of a size class connects it: the host
+ * thread waits there, inside the NCCL call, until every rank has connected it too (a peer
+ * that never launches it keeps it waiting; only this communicator's own abort, from
+ * another thread, would release it). The lock held. */
+static void connect_lazily(comm *me, size_t bytes) {
+    clique *c = me->clique;
+    int k = bytes >= LARGE_BYTES;
+    if (!c->lazy || me->joined[k])
+        return;
+    me->joined[k] = 1;
+    c->connected[k]++;
+    fake_broadcast();
+    double waited = 0;
+    while (c->connected[k] < c->nranks && !me->aborted)
+        fake_wait(k ? "an NCCL launch connecting its peers lazily (its first large "
+                      "collective; NCCL_RUNTIME_CONNECT=0 connects at init)"
+                    : "an NCCL launch connecting its peers lazily (its first collective; "
+                      "NCCL_RUNTIME_CONNECT=0 connects at init)",
+                  &waited);
+}
+
+static size_t op_bytes(const op *o) {
+    size_t bytes = o->count * type_size[o->dtype], n = (size_t)o->comm->clique->nranks;
+    return o->kind == ALL_GATHER || o->kind == REDUCE_SCATTER ? bytes * n : bytes;
+}
+
 static void launch(op *ops, size_t n) {
+    fake_lock();
+    for (size_t i = 0; i < n; i++) {
+        if (!ops[i].comm)
+            continue;
+        size_t bytes = 0;
+        for (size_t j = 0; j < n; j++)
+            if (ops[j].comm == ops[i].comm)
+                bytes += op_bytes(&ops[j]);
+        connect_lazily(ops[i].comm, bytes);
+    }
+    fake_unlock();
     /* One job per stream, in call order: a group is one launch per stream. */
     for (size_t i = 0; i < n; i++) {
         if (!ops[i].comm)

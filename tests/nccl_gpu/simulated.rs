@@ -63,6 +63,8 @@ fn the_gpu_tests_pass_on_a_simulated_gpu() {
         .env("ACTORGRAPH_REQUIRE_GPU", "1")
         .env("FAKE_GPU_COUNT", "2")
         .env("FAKE_GPU_TIMEOUT_S", "30")
+        // The backend's own choice (connect at init) is under test.
+        .env_remove("NCCL_RUNTIME_CONNECT")
         .stdin(Stdio::null())
         .stdout(log("stdout.txt"))
         .stderr(log("stderr.txt"))
@@ -515,6 +517,25 @@ fn a_host_value_queued_behind_a_stuck_collective_fails_the_stage_without_a_hang(
         Err(Error::Gpu { call, .. }) => assert_eq!(call, "ncclCommGetAsyncError"),
         other => panic!("expected the asynchronous NCCL error, got {other:?}"),
     }
+    assert!(matches!(
+        g.execute_timeout(LONG).map(drop),
+        Err(Error::Broken { .. })
+    ));
+    g.teardown().unwrap();
+}
+
+#[test]
+fn a_rank_whose_first_large_collective_fails_leaves_no_peer_connecting() {
+    let Some(sim) = sim() else { return };
+    // The group's first large collective: NCCL connects its peers there when it connects
+    // lazily, and rank 0 would wait inside its launch for rank 1, whose call fails.
+    // `Nccl` makes NCCL connect at init (NCCL_RUNTIME_CONNECT=0).
+    let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
+    let mut g = PairGrad::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
+    assert_eq!(std::env::var("NCCL_RUNTIME_CONNECT").as_deref(), Ok("0"));
+    sim.fail_nccl_call(1, 1);
+    let failed = g.execute_timeout(LONG).map(drop);
+    assert!(matches!(failed, Err(Error::Gpu { .. })), "{failed:?}");
     assert!(matches!(
         g.execute_timeout(LONG).map(drop),
         Err(Error::Broken { .. })

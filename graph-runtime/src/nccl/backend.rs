@@ -29,6 +29,11 @@ pub struct Nccl {
 impl Nccl {
     /// A backend that puts actor `r` of a group on GPU `devices[r]`.
     ///
+    /// The first call sets `NCCL_RUNTIME_CONNECT=0` unless it is set: NCCL then connects
+    /// a communicator's peers when it is created, not inside the first collective that
+    /// needs them, where a rank would wait for a failed peer beyond any abort (see the
+    /// NCCL page of the reference).
+    ///
     /// An error, before anything is opened, if libcuda or libnccl cannot be loaded
     /// ([`Error::LibraryMissing`]), if a GPU does not exist ([`Error::NoSuchDevice`]), if
     /// there is none, or if one appears twice (NCCL cannot hold one GPU twice in a
@@ -36,6 +41,7 @@ impl Nccl {
     pub fn new(devices: impl IntoIterator<Item = usize>) -> Result<Self, Error> {
         require_cuda()?;
         require_nccl()?;
+        connect_at_init();
         // `ncclAvg` and bf16 came with NCCL 2.10.
         let version = super::nccl_version()?;
         if version < (2, 10, 0) {
@@ -76,6 +82,37 @@ impl Nccl {
     }
 }
 
+/// The variable that says when NCCL connects a communicator's peers: `0` at init, `1`
+/// inside the first collective that needs them (NCCL's default since 2.22).
+const RUNTIME_CONNECT: &str = "NCCL_RUNTIME_CONNECT";
+
+/// Makes NCCL connect peers when a communicator is created, unless the user chose
+/// otherwise (`NCCL_RUNTIME_CONNECT` set): with lazy connection, a rank's first
+/// collective that needs a connection waits inside the NCCL call (on the host) until
+/// every peer makes it too, so a peer that fails between the agreement and its launch
+/// leaves it there, where no abort reaches. At init, every rank is known to be there.
+///
+/// Called before this process's first `ncclGetUniqueId` (every communicator is made
+/// after a `Nccl::new`), which is when NCCL starts reading its environment.
+fn connect_at_init() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Some(value) = runtime_connect(std::env::var_os(RUNTIME_CONNECT).is_some()) {
+            // Before NCCL's first call that reads the environment; CUDA reads none of
+            // this. Other threads of the program that call `getenv` meanwhile are the
+            // usual hazard of `setenv`, which no API avoids: NCCL takes its settings
+            // from the environment only.
+            std::env::set_var(RUNTIME_CONNECT, value);
+        }
+    });
+}
+
+/// The value to give `NCCL_RUNTIME_CONNECT`: `0` (connect at init), unless the user set
+/// it.
+fn runtime_connect(user_set: bool) -> Option<&'static str> {
+    (!user_set).then_some("0")
+}
+
 impl Backend for Nccl {
     type Comm = NcclComm;
 
@@ -89,5 +126,16 @@ impl Backend for Nccl {
         }
         let id = nccl::get_uniqueid().map_err(nccl_err("ncclGetUniqueId"))?;
         Ok(NcclComm::group(&self.devices, id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_connect_at_init_unless_the_user_chose() {
+        assert_eq!(runtime_connect(false), Some("0"));
+        assert_eq!(runtime_connect(true), None);
     }
 }
