@@ -1222,3 +1222,99 @@ fn a_device_stage_whose_regions_do_not_match_its_header_is_an_error() {
         }
     }
 }
+
+/// The memory pool `cuMemAllocAsync` (so cudarc) allocates from on GPU `device`.
+fn current_pool(device: usize) -> nccl::cudarc::driver::sys::CUmemoryPool {
+    use nccl::cudarc::driver::sys;
+    let mut pool = std::ptr::null_mut();
+    // SAFETY: an out-pointer to a local, and a GPU ordinal the driver reported.
+    let r = unsafe { sys::cuDeviceGetMemPool(&mut pool, device as sys::CUdevice) };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "cuDeviceGetMemPool");
+    pool
+}
+
+/// Whether GPU `peer` may read and write memory of `pool` (a pool of GPU `owner`), where it
+/// can reach `owner` peer to peer at all (`None`: it cannot).
+fn pool_access(
+    pool: nccl::cudarc::driver::sys::CUmemoryPool,
+    owner: usize,
+    peer: usize,
+) -> Option<bool> {
+    use nccl::cudarc::driver::sys;
+    let (mut can, mut flags) = (0, sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    let mut location = sys::CUmemLocation {
+        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: peer as i32,
+    };
+    // SAFETY: out-pointers to locals, GPU ordinals the driver reported, a pool it made,
+    // and a location that lives across the call.
+    unsafe {
+        let r = sys::cuDeviceCanAccessPeer(&mut can, peer as i32, owner as i32);
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "cuDeviceCanAccessPeer");
+        if can == 0 {
+            return None;
+        }
+        let r = sys::cuMemPoolGetAccess(&mut flags, pool, &mut location);
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "cuMemPoolGetAccess");
+    }
+    Some(flags == sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+}
+
+#[test]
+fn peers_may_read_and_write_the_pool_the_stage_buffers_come_from() {
+    use nccl::cudarc::driver::sys;
+    let Some(_turn) = gpu_turn(2) else { return };
+    let devices = [0usize, 1];
+    // SAFETY: the driver is loaded (`gpu_turn`); plain calls with out-pointers to locals.
+    let supported = devices.map(|d| unsafe {
+        let mut v = 0;
+        let a = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED;
+        sys::cuDeviceGetAttribute(&mut v, a, d as i32) == sys::CUresult::CUDA_SUCCESS && v != 0
+    });
+    if !supported.iter().all(|&s| s) {
+        eprintln!("skipped: a GPU without memory pools (cudarc then uses cuMemAlloc)");
+        return;
+    }
+    // A program (or a library it uses) may make a pool of its own current: the stage
+    // buffers then come from it, and the peers need access to that one.
+    let defaults = devices.map(current_pool);
+    let made = devices.map(|d| {
+        // SAFETY: the properties are plain data, valid zeroed, then filled in as the
+        // driver documents for a pinned device pool; out-pointers to locals.
+        unsafe {
+            let mut props: sys::CUmemPoolProps = std::mem::zeroed();
+            props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+            props.location = sys::CUmemLocation {
+                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: d as i32,
+            };
+            let mut pool = std::ptr::null_mut();
+            let r = sys::cuMemPoolCreate(&mut pool, &props);
+            assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "cuMemPoolCreate");
+            let r = sys::cuDeviceSetMemPool(d as i32, pool);
+            assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "cuDeviceSetMemPool");
+            pool
+        }
+    });
+    let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
+    let mut g = PairSum::launch(pairs, Nccl::new(devices).unwrap()).unwrap();
+    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    for (t, l) in g.execute_timeout(Duration::from_secs(60)).unwrap() {
+        assert_eq!((host(&t), l), (want.clone(), 3.0));
+    }
+    for (owner, peer) in [(0, 1), (1, 0)] {
+        assert_eq!(current_pool(owner), made[owner]);
+        // Where the GPUs reach each other: read and write, on the pool actually used.
+        assert_ne!(
+            pool_access(made[owner], owner, peer),
+            Some(false),
+            "GPU {peer} has no read-write access to GPU {owner}'s current pool"
+        );
+    }
+    g.teardown().unwrap();
+    for d in devices {
+        // SAFETY: the GPU's own default pool, as it was before the test.
+        let r = unsafe { sys::cuDeviceSetMemPool(d as i32, defaults[d]) };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "cuDeviceSetMemPool");
+    }
+}

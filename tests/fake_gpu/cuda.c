@@ -223,19 +223,116 @@ CUresult cuDeviceCanAccessPeer(int *can, CUdevice device, CUdevice peer) {
     return CUDA_SUCCESS;
 }
 
-static int pools[MAX_GPUS];
+/* Memory pools: each GPU's default pool, pools made with cuMemPoolCreate, and the current
+ * pool of each GPU (where cuMemAllocAsync allocates). A pool records which GPUs may read
+ * and write its memory: its own, and those granted with cuMemPoolSetAccess; the simulated
+ * NCCL checks that every peer whose buffers a collective reads or writes directly has
+ * access to them (fake_check_peer_access). */
+typedef struct fake_pool {
+    int device;
+    int access[MAX_GPUS]; /* CUmemAccess_flags per GPU: 0 none, 1 read, 3 read and write */
+} fake_pool;
 
-CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice device) {
+enum { CU_MEM_LOCATION_TYPE_DEVICE = 1, CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3 };
+
+typedef struct {
+    int type, id;
+} CUmemLocation;
+
+typedef struct {
+    CUmemLocation location;
+    int flags;
+} CUmemAccessDesc;
+
+typedef struct {
+    int allocType, handleTypes;
+    CUmemLocation location;
+    /* the rest is not read */
+} CUmemPoolProps;
+
+static fake_pool default_pools[MAX_GPUS];
+static fake_pool *current_pools[MAX_GPUS];
+
+/* The lock held. */
+static fake_pool *current_pool(int device) {
+    if (!current_pools[device]) {
+        default_pools[device].device = device;
+        current_pools[device] = &default_pools[device];
+    }
+    return current_pools[device];
+}
+
+CUresult cuDeviceGetDefaultMemPool(fake_pool **pool, CUdevice device) {
     if (device < 0 || device >= gpu_count())
         return CUDA_ERROR_INVALID_DEVICE;
-    *pool = &pools[device];
+    default_pools[device].device = device;
+    *pool = &default_pools[device];
     return CUDA_SUCCESS;
 }
 
-CUresult cuMemPoolSetAccess(void *pool, const void *descs, size_t count) {
-    (void)descs;
-    if (!pool || count == 0)
+CUresult cuDeviceGetMemPool(fake_pool **pool, CUdevice device) {
+    if (device < 0 || device >= gpu_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    fake_lock();
+    *pool = current_pool(device);
+    fake_unlock();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceSetMemPool(CUdevice device, fake_pool *pool) {
+    if (device < 0 || device >= gpu_count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!pool || pool->device != device)
         return CUDA_ERROR_INVALID_VALUE;
+    fake_lock();
+    current_pools[device] = pool;
+    fake_unlock();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolCreate(fake_pool **pool, const CUmemPoolProps *props) {
+    if (!props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        props->location.id < 0 || props->location.id >= gpu_count())
+        return CUDA_ERROR_INVALID_VALUE;
+    fake_pool *p = fake_xcalloc(1, sizeof *p);
+    p->device = props->location.id;
+    *pool = p; /* never destroyed: allocations may still point at it */
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolDestroy(fake_pool *pool) {
+    (void)pool;
+    return CUDA_SUCCESS;
+}
+
+/* As CUDA: each descriptor names a GPU (a device location) and the access it gets;
+ * access for a GPU that cannot reach the pool's GPU peer to peer is refused. */
+CUresult cuMemPoolSetAccess(fake_pool *pool, const CUmemAccessDesc *descs, size_t count) {
+    if (!pool || !descs || count == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++) {
+        const CUmemAccessDesc *d = &descs[i];
+        if (d->location.type != CU_MEM_LOCATION_TYPE_DEVICE || d->location.id < 0 ||
+            d->location.id >= gpu_count() || (d->flags != 0 && d->flags != 1 && d->flags != 3))
+            return CUDA_ERROR_INVALID_VALUE;
+        if (d->location.id == pool->device && d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            return CUDA_ERROR_INVALID_DEVICE; /* the owner's access cannot be taken */
+    }
+    fake_lock();
+    for (size_t i = 0; i < count; i++)
+        pool->access[descs[i].location.id] = descs[i].flags;
+    fake_unlock();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolGetAccess(int *flags, fake_pool *pool, const CUmemLocation *location) {
+    if (!pool || !location || location->type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        location->id < 0 || location->id >= gpu_count())
+        return CUDA_ERROR_INVALID_VALUE;
+    fake_lock();
+    *flags = location->id == pool->device ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                                          : pool->access[location->id];
+    fake_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -246,6 +343,7 @@ typedef struct {
     size_t bytes;
     int device;
     int ready; /* 0 until its stream reaches a stream-ordered allocation */
+    fake_pool *pool; /* the pool of a stream-ordered allocation, else NULL */
 } allocation;
 
 /* Live allocations, read and written under the lock only: alloc_on grows the array and
@@ -323,6 +421,18 @@ void fake_check_device_range(CUdeviceptr ptr, size_t bytes, int device, const ch
                  what, ptr);
 }
 
+void fake_check_peer_access(CUdeviceptr ptr, size_t bytes, int peer, const char *what) {
+    allocation *a = bytes ? find_alloc(ptr) : NULL;
+    if (!a || !a->pool || a->device == peer)
+        return;
+    if (a->pool->access[peer] != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        fake_die("%s: GPU %d reads and writes %#llx directly, memory of GPU %d from a memory "
+                 "pool that grants it %s (cuMemPoolSetAccess on the pool the memory came "
+                 "from: the GPU's current pool when it was allocated)",
+                 what, peer, ptr, a->device,
+                 a->pool->access[peer] ? "read access only" : "no access");
+}
+
 /* The lock must be held. */
 static void check_host_range(const void *ptr, size_t bytes, const char *what) {
     CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
@@ -348,7 +458,7 @@ void fake_gpu_fail_alloc(int device, size_t min_bytes) {
     fake_unlock();
 }
 
-static CUresult alloc_on(CUdeviceptr *ptr, size_t bytes, int device, int ready) {
+static CUresult alloc_on(CUdeviceptr *ptr, size_t bytes, int device, int ready, int pooled) {
     if (bytes == 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (device < 0)
@@ -377,7 +487,8 @@ static CUresult alloc_on(CUdeviceptr *ptr, size_t bytes, int device, int ready) 
         cap_allocs = cap_allocs ? 2 * cap_allocs : 64;
         allocs = fake_xrealloc(allocs, cap_allocs * sizeof *allocs);
     }
-    allocs[n_allocs++] = (allocation){(CUdeviceptr)(uintptr_t)p, bytes, device, ready};
+    fake_pool *pool = pooled ? current_pool(device) : NULL;
+    allocs[n_allocs++] = (allocation){(CUdeviceptr)(uintptr_t)p, bytes, device, ready, pool};
     fake_unlock();
     *ptr = (CUdeviceptr)(uintptr_t)p;
     return CUDA_SUCCESS;
@@ -717,7 +828,7 @@ CUresult cuStreamWaitEvent(fake_stream *s, fake_event *e, unsigned flags) {
 /* ---- memory: allocation, free, copies ---- */
 
 CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
-    return alloc_on(ptr, bytes, fake_current_device(), 1);
+    return alloc_on(ptr, bytes, fake_current_device(), 1, 0);
 }
 
 static void ready_job(void *arg) {
@@ -732,7 +843,7 @@ static void ready_job(void *arg) {
 /* Stream-ordered allocation: the memory is usable from the point of `s` where it is
  * allocated on, by work ordered after it. */
 CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, fake_stream *s) {
-    CUresult r = alloc_on(ptr, bytes, fake_stream_device(s), is_default(s));
+    CUresult r = alloc_on(ptr, bytes, fake_stream_device(s), is_default(s), 1);
     if (r != CUDA_SUCCESS || is_default(s))
         return r;
     CUdeviceptr *arg = fake_xmalloc(sizeof *arg);

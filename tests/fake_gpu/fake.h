@@ -31,6 +31,12 @@ int fake_current_device(void);
  * is in memory freed not long ago (a use after free). The lock must be held. */
 void fake_check_device_range(unsigned long long ptr, size_t bytes, int device, const char *what);
 
+/* Aborts the process (after printing why) if [ptr, ptr + bytes) is memory of another GPU
+ * from a memory pool that has not granted GPU `peer` read and write access: a peer in the
+ * same process reads and writes it directly (NCCL's P2P). Memory from cuMemAlloc passes
+ * (NCCL enables peer access to it itself). The lock must be held. */
+void fake_check_peer_access(unsigned long long ptr, size_t bytes, int peer, const char *what);
+
 /* Prints "fake GPU: <message>" and aborts the process: a call the real library would
  * answer with undefined behaviour, a crash or a hang. */
 void fake_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));

@@ -421,6 +421,14 @@ static void check_buffers(const op *o, int nranks) {
     snprintf(what, sizeof what, "nccl%s receive buffer of rank %d", kind_names[o->kind],
              o->comm->rank);
     fake_check_device_range((unsigned long long)(uintptr_t)o->recv, recv, o->comm->device, what);
+    /* Ranks in one process read and write each other's buffers directly. */
+    for (int p = 0; p < nranks; p++) {
+        int peer = o->comm->clique->ranks[p]->device;
+        snprintf(what, sizeof what, "nccl%s buffers of rank %d, used by rank %d",
+                 kind_names[o->kind], o->comm->rank, p);
+        fake_check_peer_access((unsigned long long)(uintptr_t)o->send, send, peer, what);
+        fake_check_peer_access((unsigned long long)(uintptr_t)o->recv, recv, peer, what);
+    }
 }
 
 /* Runs the collective once every rank has arrived (the lock held). */

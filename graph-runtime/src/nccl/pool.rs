@@ -7,10 +7,14 @@ use crate::gpu::Device;
 use crate::Error;
 
 /// Lets the other GPUs of the group read and write memory that this rank allocates from
-/// its GPU's default memory pool (where cudarc allocates when the GPU supports
-/// `cuMemAllocAsync`). NCCL reads and writes the stage buffers of a peer in the same
-/// process directly over P2P, and pool memory, unlike `cuMemAlloc`'s, is not open to peers
-/// until its pool says so.
+/// its GPU's current memory pool: where `cuMemAllocAsync`, so cudarc (when the GPU
+/// supports it), allocates. That is the default pool unless the program made another one
+/// current (`cuDeviceSetMemPool`, as some libraries do). NCCL reads and writes the stage
+/// buffers of a peer in the same process directly over P2P, and pool memory, unlike
+/// `cuMemAlloc`'s, is not open to peers until its pool says so.
+///
+/// A pool made current after the group's launch is not covered: its memory is closed to
+/// the peers.
 pub(super) fn share_pool_with_peers(device: &Device, devices: &[usize]) -> Result<(), Error> {
     use cudarc::driver::sys as cu;
     let me = device.ordinal();
@@ -26,8 +30,8 @@ pub(super) fn share_pool_with_peers(device: &Device, devices: &[usize]) -> Resul
     unsafe {
         let mut pool = MaybeUninit::uninit();
         check(
-            "cuDeviceGetDefaultMemPool",
-            cu::cuDeviceGetDefaultMemPool(pool.as_mut_ptr(), device.context().cu_device()),
+            "cuDeviceGetMemPool",
+            cu::cuDeviceGetMemPool(pool.as_mut_ptr(), device.context().cu_device()),
         )?;
         let pool = pool.assume_init();
         for &peer in devices.iter().filter(|&&d| d != me) {
