@@ -854,7 +854,25 @@ CUresult cuMemAllocAsync(CUdeviceptr *ptr, size_t bytes, fake_stream *s) {
 
 static void free_job(void *arg) { free_now(*(CUdeviceptr *)arg, "cuMemFreeAsync"); }
 
+/* Fault injection, for tests: the next cuMemFreeAsync of memory of GPU `device` fails
+ * with CUDA_ERROR_INVALID_VALUE (and leaves the memory allocated). */
+static int fail_free_device = -1;
+
+void fake_gpu_fail_free(int device) {
+    fake_lock();
+    fail_free_device = device;
+    fake_unlock();
+}
+
 CUresult cuMemFreeAsync(CUdeviceptr ptr, fake_stream *s) {
+    fake_lock();
+    allocation *a = find_alloc(ptr);
+    int fail = a && a->device == fail_free_device;
+    if (fail)
+        fail_free_device = -1;
+    fake_unlock();
+    if (fail)
+        return CUDA_ERROR_INVALID_VALUE;
     CUdeviceptr *arg = fake_xmalloc(sizeof *arg);
     *arg = ptr;
     fake_enqueue(s, free_job, arg);

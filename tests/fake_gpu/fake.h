@@ -49,6 +49,8 @@ void *fake_xrealloc(void *ptr, size_t bytes);
 
 /* Fault injection, called by tests (tests/nccl_gpu/simulated.rs):
  *   void fake_gpu_fail_alloc(int device, size_t min_bytes);  (cuda.c)
+ *   void fake_gpu_fail_free(int device);                     (cuda.c)
+ * (the next cuMemFreeAsync of memory of GPU `device` fails);
  *   void fake_nccl_fail_call(int device, int nth);           (nccl.c)
  *   void fake_nccl_async_error(int device, int nth);         (nccl.c)
  * (the nth collective from now on GPU `device` is accepted but never completes, and its

@@ -104,6 +104,7 @@ struct Sim {
     slow_jobs: unsafe extern "C" fn(c_int, u32),
     async_error: unsafe extern "C" fn(c_int, c_int),
     delay_next: unsafe extern "C" fn(c_int, u32),
+    fail_free: unsafe extern "C" fn(c_int),
     /// The test's turn on the GPUs, held as long as the controls.
     _turn: Turn,
 }
@@ -132,6 +133,8 @@ fn sim() -> Option<Sim> {
                 .map(|f| *f),
             nccl.get::<unsafe extern "C" fn(c_int, u32)>(b"fake_nccl_delay_next\0")
                 .map(|f| *f),
+            cuda.get::<unsafe extern "C" fn(c_int)>(b"fake_gpu_fail_free\0")
+                .map(|f| *f),
         )
     };
     match found {
@@ -143,6 +146,7 @@ fn sim() -> Option<Sim> {
             Ok(slow_jobs),
             Ok(async_error),
             Ok(delay_next),
+            Ok(fail_free),
         ) => Some(Sim {
             fail_alloc,
             fail_nccl_call,
@@ -151,6 +155,7 @@ fn sim() -> Option<Sim> {
             slow_jobs,
             async_error,
             delay_next,
+            fail_free,
             _turn: turn,
         }),
         _ => {
@@ -199,6 +204,12 @@ impl Sim {
     fn delay_next(&self, device: usize, ms: u32) {
         // SAFETY: a plain call into the simulation.
         unsafe { (self.delay_next)(device as c_int, ms) }
+    }
+
+    /// The next `cuMemFreeAsync` of memory of GPU `device` fails.
+    fn fail_free(&self, device: usize) {
+        // SAFETY: a plain call into the simulation.
+        unsafe { (self.fail_free)(device as c_int) }
     }
 
     /// Host calls so far that waited for, or polled, a stream of GPU `device`.
@@ -540,5 +551,49 @@ fn a_rank_whose_first_large_collective_fails_leaves_no_peer_connecting() {
         g.execute_timeout(LONG).map(drop),
         Err(Error::Broken { .. })
     ));
+    g.teardown().unwrap();
+}
+
+#[test]
+fn a_free_that_fails_on_the_callers_thread_does_not_end_the_group() {
+    let Some(sim) = sim() else { return };
+    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
+    let mut g = PairGrad::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
+    // Held across the next execution, which then takes new stage buffers: dropping these
+    // views frees the old ones, here, on this thread.
+    let held = g.execute_timeout(LONG).unwrap();
+    g.execute_timeout(LONG).unwrap();
+    sim.fail_free(1);
+    drop(held);
+    // cudarc keeps the failed free's error in GPU 1's context, for the next call there
+    // to return: the drop reads it (and says so on stderr), so rank 1's next stage does
+    // not fail under another call's name, ending a healthy group.
+    for t in g.execute_timeout(LONG).unwrap() {
+        assert_eq!(host(&t), want);
+    }
+    g.teardown().unwrap();
+}
+
+#[test]
+fn a_free_that_fails_on_an_actors_thread_fails_its_next_stage_by_name() {
+    let Some(sim) = sim() else { return };
+    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
+    let mut g = PairGrad::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
+    g.execute_timeout(LONG).unwrap();
+    // Rank 1's gradient, packed into the stage and then dropped on its thread, is the
+    // next memory of GPU 1 freed.
+    sim.fail_free(1);
+    let outcomes: Vec<_> = (0..2).map(|_| g.execute_timeout(LONG).map(drop)).collect();
+    let named = |r: &Result<(), Error>| matches!(r, Err(Error::Gpu { call, .. }) if call.starts_with("cuMemFreeAsync"));
+    assert!(
+        outcomes.iter().filter(|r| named(r)).count() == 1
+            && outcomes.iter().filter(|r| r.is_ok()).count() == 1,
+        "expected one execute to fail with the free's error: {outcomes:?}"
+    );
+    for t in g.execute_timeout(LONG).unwrap() {
+        assert_eq!(host(&t), want);
+    }
     g.teardown().unwrap();
 }

@@ -13,8 +13,8 @@ use super::region::{Region, Regions, SlotIdx};
 use super::{Bucketable, FusedStage};
 use crate::comm::{Collective, Communicator, DevRegion, Header, Status};
 pub(super) use crate::gpu::Device;
-use crate::gpu::{alloc_zeros, copy_ordered, gpu, Pinned};
-use crate::tensor::Storage;
+use crate::gpu::{alloc_zeros, copy_ordered, gpu, take_dropped, take_stored, Pinned, TRACKING};
+use crate::tensor::{DeviceBuf, Storage};
 use crate::{DType, Element, Error};
 
 /// The page-locked buffer of a region's host values (see `gpu::staging`): uploads from
@@ -42,7 +42,7 @@ impl<E: Element> Region<E> {
             // Only empty values: their (empty) results still go on the GPU.
             if self.device_values && self.dev.is_none() {
                 let empty = alloc_zeros::<E>(device.stream(), 0)?;
-                self.dev = Some(Arc::new(Storage::Device(empty)));
+                self.dev = Some(Arc::new(Storage::Device(DeviceBuf::new(empty))));
             }
             return Ok(());
         }
@@ -55,7 +55,7 @@ impl<E: Element> Region<E> {
             return Ok(());
         }
         let buf = alloc_zeros::<E>(device.stream(), len)?;
-        self.dev = Some(Arc::new(Storage::Device(buf)));
+        self.dev = Some(Arc::new(Storage::Device(DeviceBuf::new(buf))));
         Ok(())
     }
 
@@ -149,7 +149,9 @@ impl<E: Element> Region<E> {
             stream
                 .memcpy_dtod(src, &mut dst)
                 .map_err(gpu("cuMemcpyDtoD"))
-        })
+        })?;
+        // cudarc recorded the uses of both buffers as the copy returned, keeping a failure.
+        take_stored(stream.context(), TRACKING)
     }
 
     /// Copies `range` of the device buffer (a host value's result) to the host buffer.
@@ -286,7 +288,12 @@ impl FusedStage {
             .inputs
             .device_regions(stream)
             .and_then(|i| Ok((i, self.outputs.device_regions(stream)?)));
-        let ((ins, n_ins), (outs, n_outs)) = match regions {
+        // What cudarc kept from this rank's frees and buffer tracking since its last
+        // stage (the regions' addresses were just borrowed and given back): this stage
+        // fails with it, named for what failed, rather than the next CUDA call on this
+        // GPU, maybe on another thread, failing under its own name.
+        let stored = take_dropped().and_then(|()| take_stored(device.context(), TRACKING));
+        let ((ins, n_ins), (outs, n_outs)) = match regions.and_then(|r| stored.map(|()| r)) {
             Ok(r) => r,
             Err(e) => {
                 self.skip(comm);
@@ -313,7 +320,8 @@ impl FusedStage {
             dc.wait().map_err(|e| self.stage_error(e, group))?;
             self.download_host_results(collective, n, stream)?;
         }
-        Ok(())
+        // The uses `touch` recorded.
+        take_stored(device.context(), TRACKING)
     }
 
     fn prepare_outputs_device(&mut self, collective: Collective) -> Result<(), Error> {

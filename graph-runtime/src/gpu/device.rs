@@ -156,6 +156,59 @@ pub(crate) fn alloc_zeros<E: crate::Element>(
         .map_err(gpu("cuMemAlloc"))
 }
 
+/// Reads the error cudarc stored in `ctx` (if any): cudarc keeps the error of a driver
+/// call it makes where it cannot return one (freeing memory in `Drop`, recording a
+/// buffer's use when a borrow of its address ends) and returns it from the next call on
+/// that GPU that checks, on any thread, as that call's failure. Read right after such a
+/// place, it is reported there, as `what`.
+pub(crate) fn take_stored(ctx: &CudaContext, what: &'static str) -> Result<(), Error> {
+    ctx.check_err()
+        .map_err(|e| super::probe::driver_error(what, e))
+}
+
+/// What [`take_stored`] names an error cudarc stored recording a buffer's use.
+pub(crate) const TRACKING: &str =
+    "cuEventRecord/cuStreamWaitEvent (cudarc's tracking of a GPU buffer's uses, stored)";
+
+thread_local! {
+    /// An error met freeing GPU memory on this actor's thread, for its next stage.
+    static DROPPED: RefCell<Option<Error>> = const { RefCell::new(None) };
+}
+
+/// Reports the error cudarc may have stored freeing GPU memory on `ctx` just now: on an
+/// actor's thread, its next fused stage fails with it ([`take_dropped`]); elsewhere (a
+/// result dropped by the caller) there is no call to fail, so it is printed on stderr.
+pub(crate) fn dropped(ctx: &CudaContext) {
+    let Err(e) = take_stored(ctx, "cuMemFreeAsync (freeing GPU memory)") else {
+        return;
+    };
+    // `try_with`: a drop may run while the thread's locals are being destroyed.
+    let actor = CURRENT
+        .try_with(|c| c.try_borrow().is_ok_and(|c| c.is_some()))
+        .unwrap_or(false);
+    let mut e = Some(e);
+    if actor {
+        let _ = DROPPED.try_with(|d| {
+            let mut d = d.borrow_mut();
+            if d.is_none() {
+                *d = e.take();
+            }
+        });
+    }
+    if let Some(e) = e {
+        eprintln!("actorgraph: {e}");
+    }
+}
+
+/// The error met freeing GPU memory on this actor's thread since the last call, if any.
+pub(crate) fn take_dropped() -> Result<(), Error> {
+    DROPPED
+        .try_with(|d| d.borrow_mut().take())
+        .ok()
+        .flatten()
+        .map_or(Ok(()), Err)
+}
+
 /// Maps a CUDA driver error to [`Error::Gpu`] naming the call.
 pub(crate) fn gpu(call: &'static str) -> impl FnOnce(DriverError) -> Error {
     move |e| super::probe::driver_error(call, e)

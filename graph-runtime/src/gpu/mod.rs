@@ -6,7 +6,9 @@ mod device;
 mod probe;
 mod staging;
 
-pub(crate) use device::{alloc_zeros, copy_ordered, gpu, set_current};
+pub(crate) use device::{
+    alloc_zeros, copy_ordered, dropped, gpu, set_current, take_dropped, take_stored, TRACKING,
+};
 pub use device::{current_device, Device};
 pub use probe::{device_count, nccl_version};
 pub(crate) use probe::{driver_error, require_cuda, require_nccl};

@@ -120,6 +120,10 @@ impl Pinned {
             cudarc::driver::result::memcpy_htod_async(ptr, src, stream.cu_stream())
                 .map_err(gpu("cuMemcpyHtoDAsync"))?;
         }
+        // Ends the borrow of `dst`'s address: cudarc records its use, keeping a failure
+        // for later; read it here rather than in the next call on this GPU.
+        drop(_record);
+        super::take_stored(stream.context(), super::TRACKING)?;
         self.used.record(stream).map_err(gpu("cuEventRecord"))
     }
 }

@@ -17,7 +17,7 @@ use crate::comm::{
     AbortHandle, Collective, Communicator, DevRegion, DeviceComm, Disagreement, Header, RegionMut,
     StageError,
 };
-use crate::gpu::{alloc_zeros, gpu, set_current, Device, Pinned};
+use crate::gpu::{alloc_zeros, gpu, set_current, take_stored, Device, Pinned, TRACKING};
 use crate::{DType, Error, ReduceOp};
 
 /// What the ranks of one group share.
@@ -548,6 +548,8 @@ impl NcclComm {
         let a = self.attached()?;
         let stream = Arc::clone(a.device.stream());
         let ptr = a.warm.device_ptr_mut(&stream).0;
+        // cudarc keeps a failure to record that use; read it here.
+        take_stored(stream.context(), TRACKING).map_err(StageError::Comm)?;
         let region = DevRegion::new(DType::U8, ptr, 1);
         let empty = Header {
             status: crate::comm::Status::Ok,
@@ -608,7 +610,10 @@ impl Attached {
                 .upload(0, &mut dst, &stream)
                 .map_err(StageError::Comm)?;
         }
-        let (ptr, _record) = dev.device_ptr_mut(&stream);
+        let (ptr, record) = dev.device_ptr_mut(&stream);
+        drop(record);
+        // cudarc keeps a failure to record that use; read it here.
+        take_stored(stream.context(), TRACKING).map_err(StageError::Comm)?;
         Ok(DevRegion::new(r.dtype(), ptr, r.len()))
     }
 

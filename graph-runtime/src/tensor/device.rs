@@ -1,6 +1,8 @@
 //! GPU tensors (feature `nccl`): copies between host and device, and views of device
 //! memory for kernels.
 
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaView};
@@ -9,26 +11,58 @@ use super::{numel, Storage, Tensor};
 use crate::gpu::{alloc_zeros, copy_ordered, gpu, Device};
 use crate::{Element, Error};
 
-/// What [`Storage::Device`] holds.
-pub(crate) type DeviceBuf<E> = CudaSlice<E>;
+/// What [`Storage::Device`] holds: GPU memory that, when it goes, reports the error cudarc
+/// may have met freeing it (see [`crate::gpu::dropped`]), here rather than in whichever
+/// call on that GPU comes next, on any thread.
+#[derive(Debug)]
+pub(crate) struct DeviceBuf<E>(ManuallyDrop<CudaSlice<E>>);
+
+impl<E> DeviceBuf<E> {
+    pub(crate) fn new(slice: CudaSlice<E>) -> Self {
+        Self(ManuallyDrop::new(slice))
+    }
+}
+
+impl<E> Deref for DeviceBuf<E> {
+    type Target = CudaSlice<E>;
+    fn deref(&self) -> &CudaSlice<E> {
+        &self.0
+    }
+}
+
+impl<E> DerefMut for DeviceBuf<E> {
+    fn deref_mut(&mut self) -> &mut CudaSlice<E> {
+        &mut self.0
+    }
+}
+
+impl<E> Drop for DeviceBuf<E> {
+    fn drop(&mut self) {
+        let ctx = Arc::clone(self.0.stream().context());
+        // SAFETY: the slice is dropped once, here, and never used after: `self` is being
+        // dropped, and nothing else refers to the field.
+        unsafe { ManuallyDrop::drop(&mut self.0) };
+        crate::gpu::dropped(&ctx);
+    }
+}
 
 /// The number of elements of a device buffer.
 pub(super) fn len<E>(buf: &DeviceBuf<E>) -> usize {
-    cudarc::driver::DeviceSlice::len(buf)
+    cudarc::driver::DeviceSlice::len(&**buf)
 }
 
 impl<E> Storage<E> {
     pub(crate) fn device(&self) -> Option<&CudaSlice<E>> {
         match self {
             Storage::Host(_) => None,
-            Storage::Device(d) => Some(d),
+            Storage::Device(d) => Some(&**d),
         }
     }
 
     pub(crate) fn device_mut(&mut self) -> Option<&mut CudaSlice<E>> {
         match self {
             Storage::Host(_) => None,
-            Storage::Device(d) => Some(d),
+            Storage::Device(d) => Some(&mut **d),
         }
     }
 }
@@ -40,7 +74,7 @@ impl<E: Element> Tensor<E> {
         let shape = shape.as_ref();
         match numel(shape) {
             Some(n) if n == data.len() => Ok(Self::view(
-                Arc::new(Storage::Device(data)),
+                Arc::new(Storage::Device(DeviceBuf::new(data))),
                 0,
                 n,
                 shape.into(),
@@ -86,7 +120,7 @@ impl<E: Element> Tensor<E> {
         }
         // `buf` may hold one element more than the tensor: CUDA cannot allocate zero.
         Ok(Self::view(
-            Arc::new(Storage::Device(buf)),
+            Arc::new(Storage::Device(DeviceBuf::new(buf))),
             0,
             self.len,
             Arc::clone(self.shape_arc()),

@@ -8,6 +8,9 @@ use crate::{Element, Error};
 #[cfg_attr(not(feature = "nccl"), path = "no_device.rs")]
 mod device;
 
+#[cfg(feature = "nccl")]
+pub(crate) use device::DeviceBuf;
+
 /// The memory a tensor points into. Shared by every view of it.
 #[derive(Debug)]
 pub(crate) enum Storage<E> {
