@@ -12,7 +12,14 @@
  * whose peer aborted waits (as on a GPU) until its own communicator is aborted.
  *
  * As in NCCL, a call that fails inside ncclGroupStart/ncclGroupEnd cancels the whole
- * group: the outermost ncclGroupEnd launches none of its calls and returns the error. */
+ * group: the outermost ncclGroupEnd launches none of its calls and returns the error.
+ *
+ * As NCCL does too: a one-rank communicator takes NCCL's shortcut (an in-place collective
+ * other than Avg issues no work); unless NCCL_RUNTIME_CONNECT=0, peers connect lazily (a
+ * rank's first launch of a small, then of a large, collective waits on the host for every
+ * rank to make it); ncclCommAbort discards the rank's queued collectives and
+ * ncclCommDestroy first waits for them; peers read and write each other's buffers
+ * directly, so pool memory must grant them access (cuda.c's memory pools). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -736,6 +743,14 @@ static ncclResult_t queue_op(op o) {
         o.comm->async_error = ncclSystemError;
     }
     fake_unlock();
+    /* NCCL's one-rank shortcut: with a single rank, an in-place collective other than Avg
+     * (which scales) issues no work at all: nothing goes on the stream, the buffers are
+     * not touched, nothing waits. (Out-of-place ones become a copy, and Avg a kernel: the
+     * ordinary path computes exactly that.) */
+    if (o.comm->clique->nranks == 1 && !o.stuck && o.send == o.recv &&
+        !(o.red == AVG && (o.kind == ALL_REDUCE || o.kind == REDUCE ||
+                           o.kind == REDUCE_SCATTER)))
+        return ncclSuccess;
     if (group_depth == 0) {
         launch(&o, 1);
         return ncclSuccess;

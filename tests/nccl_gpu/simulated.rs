@@ -597,3 +597,32 @@ fn a_free_that_fails_on_an_actors_thread_fails_its_next_stage_by_name() {
     }
     g.teardown().unwrap();
 }
+
+#[test]
+fn a_one_rank_group_takes_nccls_shortcut() {
+    let Some(sim) = sim() else { return };
+    let launches = |run: &mut dyn FnMut()| {
+        let before = sim.nccl_counts(0);
+        run();
+        let after = sim.nccl_counts(0);
+        (after.0 - before.0, after.1 - before.1)
+    };
+    // One rank, as on a one-GPU machine: NCCL's in-place collectives other than Avg issue
+    // no work at all (the results are the inputs, already in place), so a one-GPU run
+    // exercises none of NCCL's data path. Five calls (one per dtype), no launch.
+    let mut g = MixedSum::launch(vec![Maker { calls: 0 }], Nccl::new([0]).unwrap()).unwrap();
+    for s in 1..=2 {
+        let mut out = Vec::new();
+        assert_eq!(launches(&mut || out = g.execute().unwrap()), (0, 5));
+        assert_eq!(host(&out[0].0), values::<f32>(s, 0, 1000));
+    }
+    g.teardown().unwrap();
+    // Avg scales (a kernel), allgather and reducescatter write separate outputs (a copy);
+    // broadcast and reduce are in place: three launches.
+    let mut g = HostOnly::launch(host_vals(1), Nccl::new([0]).unwrap()).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(launches(&mut || out = g.execute().unwrap()).0, 3);
+    let (ar, ag, _, bc, _) = &out[0];
+    assert_eq!((ar.0, ag.0.clone(), bc.0), (0.5, vec![0.5], 0.5));
+    g.teardown().unwrap();
+}
