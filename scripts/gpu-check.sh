@@ -320,10 +320,14 @@ else
 fi 2>&1 | tee "$link_dir/report" | grep -v '^GPU_COUNT='
 cuda_gpus="$(sed -n 's/^GPU_COUNT=//p' "$link_dir/report")"
 gpus="${cuda_gpus:-$gpus}"
-# The cu13 builds of NCCL need a CUDA 13 driver: 580 or newer.
-if [[ -n "$driver" ]] && grep -qiE 'cu13|cuda13|cuda 13' <(echo "$nccl"; cat "$link_dir/report"); then
-    if ((${driver%%.*} < 580)); then
+# The cu13 builds of NCCL need a CUDA 13 driver: 580 or newer. Without nvidia-smi, the
+# driver API version the CUDA driver reports (13.0 or newer) says the same.
+api_major="$(sed -n 's/^CUDA driver API \([0-9]*\)\..*/\1/p' "$link_dir/report" | head -1)"
+if grep -qiE 'cu13|cuda13|cuda 13' <(echo "$nccl"; cat "$link_dir/report"); then
+    if [[ -n "$driver" ]] && ((${driver%%.*} < 580)); then
         echo "WARNING: this NCCL is built for CUDA 13, which needs driver 580 or newer; this machine has $driver"
+    elif [[ -z "$driver" && -n "$api_major" ]] && ((api_major < 13)); then
+        echo "WARNING: this NCCL is built for CUDA 13, which needs driver 580 or newer (CUDA driver API 13); this driver's API is $api_major"
     fi
 fi
 one_gpu_note=""
