@@ -7,9 +7,13 @@
 //! The simulation checks what a GPU would not report: every device address lies in a live
 //! allocation of the right GPU when the stream reaches it (so a free that overtakes a use
 //! on another stream is caught), the ranks' NCCL calls pair up, no communicator is used
-//! after its abort, and no wait lasts long; a violation aborts the run with a message. It
-//! also injects faults (a failed allocation, a failed NCCL call), which real GPUs give no
-//! way to do: the tests of the failure model below need it and skip without it.
+//! after its abort, peers have access to the pool memory they use, and no wait lasts
+//! long; a violation aborts the run with a message. Where the hardware is strict it is
+//! too: pageable uploads wait for their stream, peers connect lazily unless told not to,
+//! one rank takes NCCL's shortcut, an abort discards queued work (docs/nccl.md lists it
+//! all). It also injects faults (a failed allocation, free or NCCL call, a collective that
+//! never completes, a slow GPU), which real GPUs give no way to do: the tests of the
+//! failure model below need it and skip without it.
 //!
 //! It shows nothing about kernels, speed or real NCCL; `scripts/gpu-check.sh` runs the
 //! same tests on real GPUs.
