@@ -35,11 +35,16 @@ pub(crate) struct Pinned {
 impl Pinned {
     /// A buffer of `bytes` bytes (at least one) on `ctx`'s GPU.
     pub(crate) fn new(ctx: &Arc<CudaContext>, bytes: usize) -> Result<Self, Error> {
-        // SAFETY: the memory is uninitialised; it is only read as bytes after a caller
-        // wrote them (`elements_mut`), and `u8` has no invalid values. (cudarc's own
-        // zeroing would cost a pass over it for nothing.)
-        let host =
+        // SAFETY: cudarc leaves the memory uninitialised; it is zeroed below, through a
+        // raw pointer, before any reference to it is made.
+        let mut host =
             unsafe { ctx.alloc_pinned::<u8>(bytes.max(1)) }.map_err(gpu("cuMemHostAlloc"))?;
+        // cudarc's own event is never recorded: this does not wait.
+        let ptr = host.as_mut_ptr().map_err(gpu("cuEventSynchronize"))?;
+        // SAFETY: `ptr` starts a live allocation of `host.len()` bytes that nothing else
+        // refers to yet (it was just made); writing bytes needs no alignment. Zeroed once
+        // per buffer, so that `elements_mut` only ever lends initialised bytes.
+        unsafe { std::ptr::write_bytes(ptr, 0, host.len()) };
         let used = ctx.new_event(None).map_err(gpu("cuEventCreate"))?;
         Ok(Self { host, used })
     }
