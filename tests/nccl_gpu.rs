@@ -1318,3 +1318,56 @@ fn peers_may_read_and_write_the_pool_the_stage_buffers_come_from() {
         assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "cuDeviceSetMemPool");
     }
 }
+
+/// The Nccl backend's communicators without the device capability: fused stages then run
+/// over host memory, through `NcclComm`'s host `stage` (copies to the GPU and back).
+struct HostMode;
+
+struct HostModeComm(nccl::NcclComm);
+
+impl Backend for HostMode {
+    type Comm = HostModeComm;
+    fn communicators(&self, size: usize) -> Result<Vec<HostModeComm>, Error> {
+        let comms = Nccl::new(0..size)?.communicators(size)?;
+        Ok(comms.into_iter().map(HostModeComm).collect())
+    }
+}
+
+impl Communicator for HostModeComm {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn stage(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        regions: &mut [RegionMut<'_>],
+        outputs: &mut [RegionMut<'_>],
+    ) -> Result<(), StageError> {
+        self.0.stage(header, collective, regions, outputs)
+    }
+    fn abort_handle(&self) -> AbortHandle {
+        self.0.abort_handle()
+    }
+    fn attach(&mut self) -> Result<(), Error> {
+        self.0.attach()
+    }
+}
+
+#[test]
+fn host_regions_staged_through_the_gpu_give_the_device_modes_results() {
+    let Some(turn) = gpu_turn(1) else { return };
+    let n = turn.ranks();
+    let mut on_device = HostOnly::launch(host_vals(n), Nccl::new(0..n).unwrap()).unwrap();
+    let mut on_host = HostOnly::launch(host_vals(n), HostMode).unwrap();
+    // Twice: the second execution reuses the page-locked and device scratch buffers.
+    for _ in 0..2 {
+        let want = format!("{:?}", on_device.execute().unwrap());
+        assert_eq!(format!("{:?}", on_host.execute().unwrap()), want);
+    }
+    on_device.teardown().unwrap();
+    on_host.teardown().unwrap();
+}
