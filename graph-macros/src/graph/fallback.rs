@@ -13,7 +13,7 @@ use crate::rt;
 /// signatures that accept whatever the caller does (an output type it infers, the actor
 /// types as declared), so that the only errors shown are the graph's own.
 pub(crate) fn expand(def: &GraphDef) -> TokenStream {
-    let rt = rt::path();
+    let (rt, import) = (rt::local(), rt::import());
     let (attrs, vis, name) = (&def.attrs, &def.vis, &def.name);
     let groups: Vec<(&Ident, Option<&syn::Type>, Option<&syn::Expr>)> = def
         .params
@@ -75,6 +75,9 @@ pub(crate) fn expand(def: &GraphDef) -> TokenStream {
             __graph_has_errors: (),
         }
 
+        const _: () = {
+        #import
+
         #[allow(unused_variables, clippy::all)]
         impl #name {
             /// The actor groups of this graph, in declaration order.
@@ -132,5 +135,6 @@ pub(crate) fn expand(def: &GraphDef) -> TokenStream {
                 ::core::unreachable!()
             }
         }
+        };
     }
 }
