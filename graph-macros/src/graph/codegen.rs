@@ -10,7 +10,7 @@ use super::ir::{Check, CheckKind, Graph, OpKind, Place};
 use super::plan::{edge_type, output_type, GroupPlan};
 use super::respan::{respan, respan_ends};
 use super::schedule::{self, Route, Schedule};
-use super::types::{checked_alias, method_alias, privacy_alias};
+use super::types::{checked_alias, method_aliases, privacy_alias};
 use super::{dot, step};
 use crate::rt;
 
@@ -177,8 +177,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     );
     let dot = dot::to_dot(g, &sched);
     let index_asserts = index_asserts(g);
-    let method_calls = method_calls(g);
-    let method_aliases = (0..method_calls.len()).map(|k| method_alias(&g.def.name, k));
+    let (method_calls, method_aliases) = method_calls(g);
     let value_checks = value_checks(g, &sched);
     let import = rt::import();
     let (path, privacy, p) = (rt::path(), &g.privacy, privacy_alias());
@@ -190,8 +189,6 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             __driver: #path::Driven<#name, #privacy>,
         }
 
-        // At the top level: a failed method lookup then names its constant
-        // `<Graph as MethodCall<K>>`, not a path through the block.
         #(#method_calls)*
         #(#index_asserts)*
 
@@ -424,7 +421,10 @@ pub(super) fn launch_param(
 /// A method that does not exist, cannot be a node, or gets the wrong number of arguments
 /// fails that constant, at the user's `method(..)`, with a message that says which; every
 /// type derived from the call goes through this impl, so nothing else reports an error.
-fn method_calls(g: &Graph) -> Vec<TokenStream> {
+/// These impls are outside the graph's block, so that rustc names the failed constant
+/// `<Graph as MethodCall<K>>`. Second, for the block, each call's aliases of its method and
+/// its output type (see `types::method_aliases`).
+fn method_calls(g: &Graph) -> (Vec<TokenStream>, Vec<TokenStream>) {
     let rt = rt::path();
     let graph = &g.def.name;
     g.ops
@@ -444,15 +444,19 @@ fn method_calls(g: &Graph) -> Vec<TokenStream> {
                 let f = respan(quote!(#rt::method_index), method.span());
                 let f = quote!(#f::<#actor>);
                 let lookup = quote_spanned!(*parens=> #f(#text, #name, #n));
-                Some(quote! {
+                let call_impl = quote! {
                     impl #rt::MethodCall<#call> for #graph {
                         type Method = #rt::MethodId<{ #lookup }>;
                     }
-                })
+                };
+                Some((
+                    call_impl,
+                    method_aliases(graph, actor, *call, method.span()),
+                ))
             }
             _ => None,
         })
-        .collect()
+        .unzip()
 }
 
 /// For a group whose size is a constant but not a literal (`[Worker; N]`), an index it

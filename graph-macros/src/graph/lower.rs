@@ -546,11 +546,10 @@ impl Lowerer<'_> {
         let args: Vec<Option<ValueId>> = m.args.iter().map(|a| self.one(a)).collect();
         let place = place?;
         let arg_ids: Vec<ValueId> = args.into_iter().collect::<Option<_>>()?;
-        let group = place.group();
-        let (actor, method) = (&self.groups[group].actor, &m.method);
+        let method = &m.method;
         let call = self.calls;
         self.calls += 1;
-        let ty = call_output(actor, call, method.span());
+        let ty = call_output(call, method.span());
         let receiver = tidy(&m.receiver);
         let label = format!("{receiver}.{method}(..)");
         let kind = OpKind::Call {

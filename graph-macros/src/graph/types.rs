@@ -56,22 +56,32 @@ pub(crate) fn output_type(kind: Kind, ty: &TokenStream) -> TokenStream {
 }
 
 /// The method of call `call`: `__M<call>`, a private alias in the graph's block of
-/// `<Graph as MethodCall<call>>::Method` (see `method_alias`), located at `at` with the
-/// block's hygiene.
+/// `<Graph as MethodCall<call>>::Method` (see `method_aliases`), at the user's `at` (it
+/// resolves there as at the call site, and a diagnostic that names it stays the user's).
 pub(crate) fn method(call: usize, at: Span) -> Ident {
-    format_ident!("__M{}", call, span = Span::call_site().located_at(at))
+    format_ident!("__M{}", call, span = at)
 }
 
-/// `type <method(call)> = <Graph as MethodCall<call>>::Method;`.
-pub(crate) fn method_alias(graph: &Ident, call: usize) -> TokenStream {
-    let (rt, alias) = (rt::local(), method(call, Span::call_site()));
-    quote!(type #alias = <#graph as #rt::MethodCall<#call>>::Method;)
+/// The output type of method call `call`: `__O<call>`, a private alias in the graph's
+/// block of `<Actor as Signature<method(call)>>::Output`, at the user's `at` (as `method`).
+pub(crate) fn call_output(call: usize, at: Span) -> TokenStream {
+    let alias = format_ident!("__O{}", call, span = at);
+    quote!(#alias)
 }
 
-/// The output type of method call `call` on `actor`, at the user's method name.
-pub(crate) fn call_output(actor: &syn::Type, call: usize, at: Span) -> TokenStream {
-    let (rt, m) = (rt::local(), method(call, at));
-    quote_spanned!(at=> <#actor as #rt::Signature<#m>>::Output)
+/// The aliases of `method(call)` and `call_output(call)` for a call on `actor`, at the
+/// user's method name `at`.
+pub(crate) fn method_aliases(
+    graph: &Ident,
+    actor: &syn::Type,
+    call: usize,
+    at: Span,
+) -> TokenStream {
+    let (rt, m, out) = (rt::local(), method(call, at), call_output(call, at));
+    quote_spanned! {at=>
+        type #m = <#graph as #rt::MethodCall<#call>>::Method;
+        type #out = <#actor as #rt::Signature<#m>>::Output;
+    }
 }
 
 /// What an `allgather` makes of a value whose type passed check `checked`, at the user's
