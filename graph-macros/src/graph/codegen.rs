@@ -14,6 +14,21 @@ use super::types::{checked_alias, method_aliases, privacy_alias};
 use super::{dot, step};
 use crate::rt;
 
+// The docs of the generated methods that take more than a line: each is one attribute (one
+// string), which rustdoc shows as the paragraph it is.
+const LAUNCH_ACTORS_DOC: &str = concat!(
+    " Like `launch_with`, with each group's actors as `Actors`: ready, or made on their own",
+    " threads by `Actors::each` (then they need not be `Send`)."
+);
+const EXECUTE_DOC: &str = concat!(
+    " Runs the graph once on every actor and returns its output, indexed by rank; a failure",
+    " on any rank is one typed error (see `actorgraph::reference`)."
+);
+const EXECUTE_TIMEOUT_DOC: &str =
+    " Like `execute`; after `timeout`, `Error::Timeout`, and the graph is broken.";
+const TEARDOWN_DOC: &str =
+    " Stops the actor threads and hands the actors back by rank; an error if any is not intact.";
+
 pub(crate) fn expand(g: &Graph) -> TokenStream {
     let rt = rt::local();
     let def = g.def;
@@ -148,15 +163,29 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             quote!(#rt::Vec<#rt::Result<#a, #rt::Error>>)
         })
         .collect();
+    // The driver's list of groups' actors as the graph returns them: one group's alone,
+    // several groups' as a tuple.
     let torn_list = list(torn.iter().map(|t| quote!(#t)));
-    let (teardown_ty, each_ty, torn_tuple) = if g.groups.len() == 1 {
-        let (t, e, v) = (&actor_vecs[0], &each_vecs[0], &torn[0]);
-        (quote!(#t), quote!(#e), quote!(#v))
+    let (teardown_ty, each_ty, teardown, teardown_each) = if g.groups.len() == 1 {
+        let (t, e) = (&actor_vecs[0], &each_vecs[0]);
+        (
+            quote!(#t),
+            quote!(#e),
+            quote!(#rt::Result::Ok(self.__driver.0.teardown()?.0)),
+            quote!(self.__driver.0.teardown_each().0),
+        )
     } else {
         (
             quote!((#(#actor_vecs),*)),
             quote!((#(#each_vecs),*)),
-            quote!((#(#torn),*)),
+            quote! {
+                let #torn_list = self.__driver.0.teardown()?;
+                #rt::Result::Ok((#(#torn),*))
+            },
+            quote! {
+                let #torn_list = self.__driver.0.teardown_each();
+                (#(#torn),*)
+            },
         )
     };
     // Spanned at the group's actor type, where a missing `Send` is reported.
@@ -172,10 +201,18 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let steps = steps.iter().map(|(f, _)| f);
     let group_names = g.groups.iter().map(|d| d.name.to_string());
     let launch_doc = format!(
-        " Spawns a thread per actor of {}, each with an endpoint of `backend`.",
+        " Spawns one thread per actor of {}, each with its communicator endpoint from \
+         `backend`. The actors move to their threads, so they must be `Send`; \
+         `launch_actors` takes actors made on their own threads.",
         crate::diag::code_list(g.groups.iter().map(|d| &d.name))
     );
     let dot = dot::to_dot(g, &sched);
+    let (launch_actors_doc, execute_doc, execute_timeout_doc, teardown_doc) = (
+        LAUNCH_ACTORS_DOC,
+        EXECUTE_DOC,
+        EXECUTE_TIMEOUT_DOC,
+        TEARDOWN_DOC,
+    );
     let index_asserts = index_asserts(g);
     let (method_calls, method_aliases) = method_calls(g);
     let value_checks = value_checks(g, &sched);
@@ -212,7 +249,6 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 pub const GROUPS: &'static [&'static ::core::primitive::str] = &[#(#group_names),*];
 
                 #[doc = #launch_doc]
-                /// The actors must be `Send`; see `launch_actors`.
                 pub fn launch<__B: #rt::Backend>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error>
                 where
                     #(#send_bounds,)*
@@ -220,7 +256,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                     Self::launch_with(#(#group_names_launch,)* backend, #rt::LaunchOptions::default())
                 }
 
-                /// Like `launch`, with options (`max_in_flight` for pipelining).
+                /// Like `launch`, with options (`max_in_flight`: pipelining).
                 pub fn launch_with<__B: #rt::Backend>(#(#group_params2,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error>
                 where
                     #(#send_bounds,)*
@@ -228,7 +264,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                     Self::launch_actors(#(#rt::Actors::from(#group_names_launch2),)* backend, __options)
                 }
 
-                /// Like `launch_with`, with actors made in place (`Actors::each`).
+                #[doc = #launch_actors_doc]
                 pub fn launch_actors<__B: #rt::Backend>(#(#actors_params,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
                     #(#to_vecs)*
                     #checks
@@ -238,32 +274,32 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                     #rt::Result::Ok(Self { __driver })
                 }
 
-                /// Runs the graph once; its output by rank, or one typed error.
+                #[doc = #execute_doc]
                 pub fn execute(&mut self, #(#input_params),*) -> __R {
                     self.__driver.0.execute(#inputs)
                 }
 
-                /// Like `execute`; after `timeout`, `Error::Timeout`.
+                #[doc = #execute_timeout_doc]
                 pub fn execute_timeout(&mut self, #(#input_params,)* timeout: #rt::Duration) -> __R {
                     self.__driver.0.execute_timeout(#inputs, timeout)
                 }
 
-                /// Like `execute`, as a future that never blocks.
+                /// Like `execute`, as a future that never blocks its thread.
                 pub fn execute_async(&mut self, #(#input_params),*) -> impl ::core::future::Future<Output = __R> + '_ {
                     self.__driver.0.execute_async(#inputs)
                 }
 
-                /// Starts one execution; its ticket is for `wait`.
+                /// Submits one execution; its ticket is for `wait`.
                 pub fn submit(&mut self, #(#input_params),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
                     self.__driver.0.submit(#inputs)
                 }
 
-                /// The output of the execution of `ticket`, as `execute`.
+                /// Waits for `ticket`'s execution; its output, as `execute`.
                 pub fn wait(&mut self, ticket: #rt::Ticket) -> __R {
                     self.__driver.0.wait(ticket)
                 }
 
-                /// `wait` as a future that never blocks.
+                /// `wait` as a future that never blocks its thread.
                 pub fn wait_async(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = __R> + '_ {
                     self.__driver.0.wait_async(ticket)
                 }
@@ -273,22 +309,20 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                     self.__driver.0.in_flight()
                 }
 
-                /// Stops the threads; the actors by rank, or an error.
+                #[doc = #teardown_doc]
                 pub fn teardown(self) -> #rt::Result<#teardown_ty, #rt::Error>
                 where
                     #(#send_bounds,)*
                 {
-                    let #torn_list = self.__driver.0.teardown()?;
-                    #rt::Result::Ok(#torn_tuple)
+                    #teardown
                 }
 
-                /// Stops the threads; each actor, or why it is lost.
+                /// Stops the threads; each intact actor, or why not.
                 pub fn teardown_each(self) -> #each_ty
                 where
                     #(#send_bounds,)*
                 {
-                    let #torn_list = self.__driver.0.teardown_each();
-                    #torn_tuple
+                    #teardown_each
                 }
 
                 /// The graph as Graphviz DOT (`dot -Tsvg` draws it).
