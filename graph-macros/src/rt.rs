@@ -18,8 +18,10 @@ pub(crate) fn local() -> TokenStream {
     quote!(__rt)
 }
 
-/// The import of [`path`] as [`local`], first in a graph's block.
+/// The import of [`path`] as [`local`], first in a graph's block, with the traits whose
+/// associated functions generated code calls (`Actors::from`, `LaunchOptions::default`)
+/// in scope without a name (a user's module may have no prelude).
 pub(crate) fn import() -> TokenStream {
     let (path, local) = (path(), local());
-    quote!(use #path as #local;)
+    quote!(use #path::{self as #local, Default as _, From as _};)
 }

@@ -51,6 +51,8 @@ pub mod __private {
         Fields, Input, Method, MethodCall, MethodId, MethodInfo, Sendable, Signature, Valid,
     };
     pub use crate::{BoxError, Bucketable, Error, Gather};
+    pub use std::convert::From;
+    pub use std::default::Default;
     pub use std::marker::PhantomData;
     pub use std::option::Option;
     pub use std::result::Result;

@@ -2,6 +2,11 @@
 //! step function per actor group (see `step`) that runs the group's part of the schedule
 //! (see `schedule`): every actor runs its ops, collectives and edge transfers in one order
 //! fixed here.
+//!
+//! Everything but the struct and the `MethodCall` impls goes in one `const _: () = { .. };`
+//! block (serde_derive's pattern), which imports the runtime as `rt::local()` and names
+//! every type it spells more than once by a block-local alias (see `types`): nothing
+//! outside sees those names, and they start with `__`, so none shadows a user's.
 
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -234,7 +239,6 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         #[allow(unused_variables, clippy::all)]
         const _: () = {
             #import
-            use ::core::{convert::From as _, default::Default as _};
             type #p = #privacy;
             type __R = #rt::Result<#rt::Vec<#out_ty>, #rt::Error>;
 
@@ -246,7 +250,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
 
             impl #name {
                 /// The actor groups of this graph, in declaration order.
-                pub const GROUPS: &'static [&'static ::core::primitive::str] = &[#(#group_names),*];
+                pub const GROUPS: &[&::core::primitive::str] = &[#(#group_names),*];
 
                 #[doc = #launch_doc]
                 pub fn launch<__B: #rt::Backend>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error>
@@ -256,7 +260,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                     Self::launch_with(#(#group_names_launch,)* backend, #rt::LaunchOptions::default())
                 }
 
-                /// Like `launch`, with options (`max_in_flight`: pipelining).
+                /// Like `launch`, with options (`max_in_flight` for pipelining).
                 pub fn launch_with<__B: #rt::Backend>(#(#group_params2,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error>
                 where
                     #(#send_bounds,)*
@@ -270,7 +274,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                     #checks
                     #links
                     #(#launches)*
-                    let __driver = #rt::Driven::new(#rt::Driver::new(#launched, __options, #split, #assemble));
+                    let __driver = #rt::Driven::new(#launched, __options, #split, #assemble);
                     #rt::Result::Ok(Self { __driver })
                 }
 
@@ -284,27 +288,27 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                     self.__driver.0.execute_timeout(#inputs, timeout)
                 }
 
-                /// Like `execute`, as a future that never blocks its thread.
+                /// Like `execute`, as a future that never blocks the executor's thread.
                 pub fn execute_async(&mut self, #(#input_params),*) -> impl ::core::future::Future<Output = __R> + '_ {
                     self.__driver.0.execute_async(#inputs)
                 }
 
-                /// Submits one execution; its ticket is for `wait`.
+                /// Submits one execution and returns its ticket for `wait`.
                 pub fn submit(&mut self, #(#input_params),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
                     self.__driver.0.submit(#inputs)
                 }
 
-                /// Waits for `ticket`'s execution; its output, as `execute`.
+                /// Waits for the execution of `ticket` and returns its output, as `execute`.
                 pub fn wait(&mut self, ticket: #rt::Ticket) -> __R {
                     self.__driver.0.wait(ticket)
                 }
 
-                /// `wait` as a future that never blocks its thread.
+                /// `wait` as a future that never blocks the executor's thread.
                 pub fn wait_async(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = __R> + '_ {
                     self.__driver.0.wait_async(ticket)
                 }
 
-                /// The executions submitted and not yet waited for.
+                /// The executions submitted whose results are neither read nor discarded yet.
                 pub fn in_flight(&self) -> ::core::primitive::usize {
                     self.__driver.0.in_flight()
                 }
@@ -317,7 +321,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                     #teardown
                 }
 
-                /// Stops the threads; each intact actor, or why not.
+                /// Stops the actor threads and hands back each intact actor, or why not.
                 pub fn teardown_each(self) -> #each_ty
                 where
                     #(#send_bounds,)*
@@ -325,7 +329,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                     #teardown_each
                 }
 
-                /// The graph as Graphviz DOT (`dot -Tsvg` draws it).
+                /// The graph as Graphviz DOT (render it with `dot -Tsvg`).
                 pub fn to_dot() -> #rt::String {
                     #rt::String::from(#dot)
                 }

@@ -1,6 +1,7 @@
 //! Rendering the IR's types to tokens: every type the generated code names that the macro
 //! cannot know (it sees no types) is spelled here as a projection rustc resolves, through
-//! the graph's `Checked` and `MethodCall` impls (see codegen).
+//! the graph's `Checked` and `MethodCall` impls (see codegen), by the private aliases the
+//! graph's `const _` block gives those projections.
 
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};

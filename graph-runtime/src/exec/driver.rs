@@ -174,10 +174,20 @@ pub trait GraphDriver<P: ?Sized> {
 /// more.
 pub struct Driven<G: GraphDriver<P>, P: ?Sized>(pub G::Driver, PhantomData<fn(*const P)>);
 
-impl<G: GraphDriver<P>, P: ?Sized> Driven<G, P> {
-    /// Holds `driver`.
-    pub fn new(driver: G::Driver) -> Self {
-        Self(driver, PhantomData)
+impl<G, P, Gs, In, Out> Driven<G, P>
+where
+    G: GraphDriver<P, Driver = Driver<Gs, In, Out>>,
+    P: ?Sized,
+    Gs: Groups,
+{
+    /// The driver of graph `G`'s groups, just launched (see [`Driver::new`]).
+    pub fn new(
+        groups: Gs,
+        options: LaunchOptions,
+        split: fn(In) -> Gs::Inputs,
+        assemble: fn(Gs::Outputs) -> Vec<Out>,
+    ) -> Self {
+        Self(Driver::new(groups, options, split, assemble), PhantomData)
     }
 }
 
