@@ -43,14 +43,16 @@ pub mod __private {
     pub use crate::bucket::{FusedStage, SlotIdx};
     pub use crate::comm::{Backend, Collective, Communicator, ReduceOp};
     pub use crate::exec::{
-        Actors, Driver, Edge, EdgeValue, Group, LaunchOptions, Links, Route, Stage, StepCtx,
-        StepFn, SyncPoint, Ticket,
+        Actors, Driven, Driver, Edge, EdgeValue, GraphDriver, Group, LaunchOptions, Links, Route,
+        Stage, StepCtx, StepFn, SyncPoint, Ticket,
     };
     pub use crate::method::{
         checked, destructures, gatherable, input, method_index, sendable, Actor, Checked, Fallible,
         Fields, Input, Method, MethodCall, MethodId, MethodInfo, Sendable, Signature, Valid,
     };
     pub use crate::{BoxError, Bucketable, Error, Gather};
+    pub use std::convert::From;
+    pub use std::default::Default;
     pub use std::marker::PhantomData;
     pub use std::option::Option;
     pub use std::result::Result;

@@ -2,6 +2,11 @@
 //! step function per actor group (see `step`) that runs the group's part of the schedule
 //! (see `schedule`): every actor runs its ops, collectives and edge transfers in one order
 //! fixed here.
+//!
+//! Everything but the struct and the `MethodCall` impls goes in one `const _: () = { .. };`
+//! block (serde_derive's pattern), which imports the runtime as `rt::local()` and names
+//! every type it spells more than once by a block-local alias (see `types`): nothing
+//! outside sees those names, and they start with `__`, so none shadows a user's.
 
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -10,12 +15,27 @@ use super::ir::{Check, CheckKind, Graph, OpKind, Place};
 use super::plan::{edge_type, output_type, GroupPlan};
 use super::respan::{respan, respan_ends};
 use super::schedule::{self, Route, Schedule};
-use super::types::checked_alias;
+use super::types::{checked_alias, method_aliases, privacy_alias};
 use super::{dot, step};
 use crate::rt;
 
+// The docs of the generated methods that take more than a line: each is one attribute (one
+// string), which rustdoc shows as the paragraph it is.
+const LAUNCH_ACTORS_DOC: &str = concat!(
+    " Like `launch_with`, with each group's actors as `Actors`: ready, or made on their own",
+    " threads by `Actors::each` (then they need not be `Send`)."
+);
+const EXECUTE_DOC: &str = concat!(
+    " Runs the graph once on every actor and returns its output, indexed by rank; a failure",
+    " on any rank is one typed error (see `actorgraph::reference`)."
+);
+const EXECUTE_TIMEOUT_DOC: &str =
+    " Like `execute`; after `timeout`, `Error::Timeout`, and the graph is broken.";
+const TEARDOWN_DOC: &str =
+    " Stops the actor threads and hands the actors back by rank; an error if any is not intact.";
+
 pub(crate) fn expand(g: &Graph) -> TokenStream {
-    let rt = rt::path();
+    let rt = rt::local();
     let def = g.def;
     let (attrs, vis, name) = (&def.attrs, &def.vis, &def.name);
     let sched = schedule::schedule(g);
@@ -62,23 +82,38 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         Some(quote!(#rt::check_size(#s, #len, #n.len())?;))
     });
     let checks = launch_checks(g, &groups, &sched);
-    let links_ty = step::links_type(g, &sched);
-    let edges = sched.edges.iter().enumerate().map(|(e, edge)| {
-        let ty = edge_type(g, e);
-        let value = &g.values[edge.value].label;
-        let from = g.groups[edge.from.group()].name.to_string();
-        let to = &g.groups[edge.to.group()].name;
-        let route = match edge.route {
-            Route::Zip => quote!(#rt::Route::Zip),
-            Route::Fan { from, skip_from } => {
-                quote!(#rt::Route::Fan { from: #from, skip_from: #skip_from })
-            }
-            Route::One { from, to } => quote!(#rt::Route::One { from: #from, to: #to }),
-        };
-        let var = format_ident!("__e{}", e);
-        quote!(let #var = __links.edge::<#ty>(#value, #from, #route, #to.len());)
-    });
-    let edge_vars = (0..sched.edges.len()).map(|e| format_ident!("__e{}", e));
+    let edges: Vec<TokenStream> = sched
+        .edges
+        .iter()
+        .enumerate()
+        .map(|(e, edge)| {
+            let ty = edge_type(g, e);
+            let value = &g.values[edge.value].label;
+            let from = g.groups[edge.from.group()].name.to_string();
+            let to = &g.groups[edge.to.group()].name;
+            let route = match edge.route {
+                Route::Zip => quote!(#rt::Route::Zip),
+                Route::Fan { from, skip_from } => {
+                    quote!(#rt::Route::Fan { from: #from, skip_from: #skip_from })
+                }
+                Route::One { from, to } => quote!(#rt::Route::One { from: #from, to: #to }),
+            };
+            quote!(__links.edge::<#ty>(#value, #from, #route, #to.len()))
+        })
+        .collect();
+    // The edges' table and the steps' typed handles on them; a graph without edges passes
+    // an empty table to every group.
+    let (links, links_arg) = if edges.is_empty() {
+        (quote!(), quote!(&#rt::Links::new(), &()))
+    } else {
+        (
+            quote! {
+                let mut __links = #rt::Links::new();
+                let __edges = (#(#edges,)*);
+            },
+            quote!(&__links, &__edges),
+        )
+    };
     let launches = groups.iter().map(|p| {
         let d = &g.groups[p.index];
         let (n, field, step) = (&d.name, group_var(&d.name), step::name(g, p.index));
@@ -87,8 +122,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         let (_, schedule) = &steps[p.index];
         quote! {
             let #field = #rt::Group::launch(
-                #s, &__options, #n, &backend, &[#(#stages),*], #schedule, &__links, &__edges,
-                Self::#step::<__B::Comm>,
+                #s, &__options, #n, &backend, &[#(#stages),*], #schedule, #links_arg,
+                #step::<__B::Comm>,
             )?;
         }
     });
@@ -110,8 +145,6 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         .collect();
     let input_names: Vec<&Ident> = g.inputs.iter().map(|i| &i.name).collect();
     let inputs = quote!((#(#input_names,)*));
-    // Spelled once: rustdoc shows a private alias's definition in the signatures.
-    let result = format_ident!("__actorgraph_{}_Result", name);
 
     // teardown: hands actors back to this thread, so only here must they be `Send`
     let actor_vecs: Vec<TokenStream> = g
@@ -135,15 +168,29 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             quote!(#rt::Vec<#rt::Result<#a, #rt::Error>>)
         })
         .collect();
+    // The driver's list of groups' actors as the graph returns them: one group's alone,
+    // several groups' as a tuple.
     let torn_list = list(torn.iter().map(|t| quote!(#t)));
-    let (teardown_ty, each_ty, torn_tuple) = if g.groups.len() == 1 {
-        let (t, e, v) = (&actor_vecs[0], &each_vecs[0], &torn[0]);
-        (quote!(#t), quote!(#e), quote!(#v))
+    let (teardown_ty, each_ty, teardown, teardown_each) = if g.groups.len() == 1 {
+        let (t, e) = (&actor_vecs[0], &each_vecs[0]);
+        (
+            quote!(#t),
+            quote!(#e),
+            quote!(#rt::Result::Ok(self.__driver.0.teardown()?.0)),
+            quote!(self.__driver.0.teardown_each().0),
+        )
     } else {
         (
             quote!((#(#actor_vecs),*)),
             quote!((#(#each_vecs),*)),
-            quote!((#(#torn),*)),
+            quote! {
+                let #torn_list = self.__driver.0.teardown()?;
+                #rt::Result::Ok((#(#torn),*))
+            },
+            quote! {
+                let #torn_list = self.__driver.0.teardown_each();
+                (#(#torn),*)
+            },
         )
     };
     // Spanned at the group's actor type, where a missing `Send` is reported.
@@ -159,129 +206,137 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let steps = steps.iter().map(|(f, _)| f);
     let group_names = g.groups.iter().map(|d| d.name.to_string());
     let launch_doc = format!(
-        "Spawns one thread per actor of every group ({}), each with its communicator endpoint from `backend`.",
+        " Spawns one thread per actor of {}, each with its communicator endpoint from \
+         `backend`. The actors move to their threads, so they must be `Send`; \
+         `launch_actors` takes actors made on their own threads.",
         crate::diag::code_list(g.groups.iter().map(|d| &d.name))
     );
     let dot = dot::to_dot(g, &sched);
+    let (launch_actors_doc, execute_doc, execute_timeout_doc, teardown_doc) = (
+        LAUNCH_ACTORS_DOC,
+        EXECUTE_DOC,
+        EXECUTE_TIMEOUT_DOC,
+        TEARDOWN_DOC,
+    );
     let index_asserts = index_asserts(g);
-    let method_calls = method_calls(g);
-
+    let (method_calls, method_aliases) = method_calls(g);
     let value_checks = value_checks(g, &sched);
+    let import = rt::import();
+    let (path, privacy, p) = (rt::path(), &g.privacy, privacy_alias());
 
     quote! {
         #(#attrs)*
         #vis struct #name {
-            /// The groups and the executions in flight: the runtime's one driver.
-            __driver: #driver_ty,
+            // Spelled through the graph's block, where its types have names.
+            __driver: #path::Driven<#name, #privacy>,
         }
 
-        #[allow(non_camel_case_types)]
-        type #result = #rt::Result<#rt::Vec<#out_ty>, #rt::Error>;
-
-        #(#index_asserts)*
         #(#method_calls)*
-        #(#value_checks)*
+        #(#index_asserts)*
 
-        impl #name {
-            /// The actor groups of this graph, in declaration order.
-            pub const GROUPS: &'static [&'static ::core::primitive::str] = &[#(#group_names),*];
+        // Everything else is in a block (as serde_derive does), where the runtime and the
+        // checked types have short names that nothing outside sees.
+        #[allow(unused_variables, clippy::all)]
+        const _: () = {
+            #import
+            type #p = #privacy;
+            type __R = #rt::Result<#rt::Vec<#out_ty>, #rt::Error>;
 
-            #[doc = #launch_doc]
-            /// The actors move to their threads, so they must be `Send`; `launch_actors`
-            /// takes actors made on their own threads.
-            pub fn launch<__B: #rt::Backend>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error>
-            where
-                #(#send_bounds,)*
-            {
-                Self::launch_with(#(#group_names_launch,)* backend, <#rt::LaunchOptions as ::core::default::Default>::default())
+            #(#method_aliases)*
+            impl #rt::GraphDriver<#p> for #name {
+                type Driver = #driver_ty;
             }
+            #(#value_checks)*
 
-            /// Like `launch`, with options (`max_in_flight` for pipelining).
-            pub fn launch_with<__B: #rt::Backend>(#(#group_params2,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error>
-            where
-                #(#send_bounds,)*
-            {
-                Self::launch_actors(#(<#rt::Actors<_> as ::core::convert::From<_>>::from(#group_names_launch2),)* backend, __options)
-            }
+            impl #name {
+                /// The actor groups of this graph, in declaration order.
+                pub const GROUPS: &[&::core::primitive::str] = &[#(#group_names),*];
 
-            /// Like `launch_with`, with each group's actors as `Actors` (ready, or made on
-            /// their own threads by `Actors::each`).
-            pub fn launch_actors<__B: #rt::Backend>(#(#actors_params,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
-                #(#to_vecs)*
-                #checks
-                let mut __links = #rt::Links::new();
-                #(#edges)*
-                let __edges: #links_ty = (#(#edge_vars,)*);
-                #(#launches)*
-                #rt::Result::Ok(Self { __driver: #rt::Driver::new(#launched, __options, #split, #assemble) })
-            }
+                #[doc = #launch_doc]
+                pub fn launch<__B: #rt::Backend>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error>
+                where
+                    #(#send_bounds,)*
+                {
+                    Self::launch_with(#(#group_names_launch,)* backend, #rt::LaunchOptions::default())
+                }
 
-            /// Runs the graph once on every actor and returns the output, indexed by rank;
-            /// a failure on any rank is one typed error (see `actorgraph::reference`).
-            #[allow(clippy::too_many_arguments)]
-            pub fn execute(&mut self, #(#input_params),*) -> #result {
-                self.__driver.execute(#inputs, ::core::option::Option::None)
-            }
+                /// Like `launch`, with options (`max_in_flight` for pipelining).
+                pub fn launch_with<__B: #rt::Backend>(#(#group_params2,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error>
+                where
+                    #(#send_bounds,)*
+                {
+                    Self::launch_actors(#(#rt::Actors::from(#group_names_launch2),)* backend, __options)
+                }
 
-            /// Like `execute`; after `timeout`, `Error::Timeout`, and the graph is broken.
-            #[allow(clippy::too_many_arguments)]
-            pub fn execute_timeout(&mut self, #(#input_params,)* timeout: #rt::Duration) -> #result {
-                self.__driver.execute(#inputs, ::core::option::Option::Some(timeout))
-            }
+                #[doc = #launch_actors_doc]
+                pub fn launch_actors<__B: #rt::Backend>(#(#actors_params,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
+                    #(#to_vecs)*
+                    #checks
+                    #links
+                    #(#launches)*
+                    let __driver = #rt::Driven::new(#launched, __options, #split, #assemble);
+                    #rt::Result::Ok(Self { __driver })
+                }
 
-            /// Like `execute`, as a future that never blocks the executor's thread.
-            #[allow(clippy::too_many_arguments)]
-            pub fn execute_async(&mut self, #(#input_params),*) -> impl ::core::future::Future<Output = #result> + '_ {
-                self.__driver.execute_async(#inputs)
-            }
+                #[doc = #execute_doc]
+                pub fn execute(&mut self, #(#input_params),*) -> __R {
+                    self.__driver.0.execute(#inputs)
+                }
 
-            /// Submits one execution and returns its ticket for `wait`.
-            #[allow(clippy::too_many_arguments)]
-            pub fn submit(&mut self, #(#input_params),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
-                self.__driver.submit(#inputs)
-            }
+                #[doc = #execute_timeout_doc]
+                pub fn execute_timeout(&mut self, #(#input_params,)* timeout: #rt::Duration) -> __R {
+                    self.__driver.0.execute_timeout(#inputs, timeout)
+                }
 
-            /// Waits for the execution of `ticket` and returns its output, as `execute`.
-            pub fn wait(&mut self, ticket: #rt::Ticket) -> #result {
-                self.__driver.wait(ticket)
-            }
+                /// Like `execute`, as a future that never blocks the executor's thread.
+                pub fn execute_async(&mut self, #(#input_params),*) -> impl ::core::future::Future<Output = __R> + '_ {
+                    self.__driver.0.execute_async(#inputs)
+                }
 
-            /// `wait` as a future that never blocks the executor's thread.
-            pub fn wait_async(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #result> + '_ {
-                self.__driver.wait_async(ticket)
-            }
+                /// Submits one execution and returns its ticket for `wait`.
+                pub fn submit(&mut self, #(#input_params),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
+                    self.__driver.0.submit(#inputs)
+                }
 
-            /// The executions submitted whose results are neither read nor discarded yet.
-            pub fn in_flight(&self) -> ::core::primitive::usize {
-                self.__driver.in_flight()
-            }
+                /// Waits for the execution of `ticket` and returns its output, as `execute`.
+                pub fn wait(&mut self, ticket: #rt::Ticket) -> __R {
+                    self.__driver.0.wait(ticket)
+                }
 
-            /// Stops the actor threads and hands the actors back by rank; an error if any
-            /// is not intact.
-            pub fn teardown(self) -> #rt::Result<#teardown_ty, #rt::Error>
-            where
-                #(#send_bounds,)*
-            {
-                let #torn_list = self.__driver.teardown()?;
-                #rt::Result::Ok(#torn_tuple)
-            }
+                /// `wait` as a future that never blocks the executor's thread.
+                pub fn wait_async(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = __R> + '_ {
+                    self.__driver.0.wait_async(ticket)
+                }
 
-            /// Stops the actor threads and hands back each intact actor, or why not.
-            pub fn teardown_each(self) -> #each_ty
-            where
-                #(#send_bounds,)*
-            {
-                let #torn_list = self.__driver.teardown_each();
-                #torn_tuple
-            }
+                /// The executions submitted whose results are neither read nor discarded yet.
+                pub fn in_flight(&self) -> ::core::primitive::usize {
+                    self.__driver.0.in_flight()
+                }
 
-            /// The graph as Graphviz DOT (render it with `dot -Tsvg`).
-            pub fn to_dot() -> #rt::String {
-                <#rt::String as ::core::convert::From<&'static ::core::primitive::str>>::from(#dot)
+                #[doc = #teardown_doc]
+                pub fn teardown(self) -> #rt::Result<#teardown_ty, #rt::Error>
+                where
+                    #(#send_bounds,)*
+                {
+                    #teardown
+                }
+
+                /// Stops the actor threads and hands back each intact actor, or why not.
+                pub fn teardown_each(self) -> #each_ty
+                where
+                    #(#send_bounds,)*
+                {
+                    #teardown_each
+                }
+
+                /// The graph as Graphviz DOT (render it with `dot -Tsvg`).
+                pub fn to_dot() -> #rt::String {
+                    #rt::String::from(#dot)
+                }
             }
 
             #(#steps)*
-        }
+        };
     }
 }
 
@@ -334,7 +389,7 @@ fn split(g: &Graph, groups: &[GroupPlan]) -> TokenStream {
 /// connected by a per-actor edge have equal sizes; every addressed actor and every root
 /// exists.
 fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStream {
-    let rt = rt::path();
+    let rt = rt::local();
     let zipped: Vec<&GroupPlan> = groups.iter().filter(|p| !p.out_parts.is_empty()).collect();
     let size_check = if zipped.len() > 1 {
         let checks = zipped.iter().map(|p| {
@@ -390,7 +445,7 @@ pub(super) fn launch_param(
     size: Option<&syn::Expr>,
     ready: bool,
 ) -> TokenStream {
-    let rt = rt::path();
+    let rt = rt::local();
     match (actor, size, ready) {
         (Some(a), Some(len), true) => quote!(#name: [#a; #len]),
         (Some(a), None, true) => quote!(#name: #rt::Vec<#a>),
@@ -404,7 +459,10 @@ pub(super) fn launch_param(
 /// A method that does not exist, cannot be a node, or gets the wrong number of arguments
 /// fails that constant, at the user's `method(..)`, with a message that says which; every
 /// type derived from the call goes through this impl, so nothing else reports an error.
-fn method_calls(g: &Graph) -> Vec<TokenStream> {
+/// These impls are outside the graph's block, so that rustc names the failed constant
+/// `<Graph as MethodCall<K>>`. Second, for the block, each call's aliases of its method and
+/// its output type (see `types::method_aliases`).
+fn method_calls(g: &Graph) -> (Vec<TokenStream>, Vec<TokenStream>) {
     let rt = rt::path();
     let graph = &g.def.name;
     g.ops
@@ -424,15 +482,19 @@ fn method_calls(g: &Graph) -> Vec<TokenStream> {
                 let f = respan(quote!(#rt::method_index), method.span());
                 let f = quote!(#f::<#actor>);
                 let lookup = quote_spanned!(*parens=> #f(#text, #name, #n));
-                Some(quote! {
+                let call_impl = quote! {
                     impl #rt::MethodCall<#call> for #graph {
                         type Method = #rt::MethodId<{ #lookup }>;
                     }
-                })
+                };
+                Some((
+                    call_impl,
+                    method_aliases(graph, actor, *call, method.span()),
+                ))
             }
             _ => None,
         })
-        .collect()
+        .unzip()
 }
 
 /// For a group whose size is a constant but not a literal (`[Worker; N]`), an index it
@@ -466,8 +528,8 @@ fn index_asserts(g: &Graph) -> Vec<TokenStream> {
 /// The graph's struct thus needs no `where` clause (which would make every
 /// `impl MethodCall<K> for Graph` report it again).
 fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
-    let rt = rt::path();
-    let (graph, privacy) = (&g.def.name, &g.privacy);
+    let rt = rt::local();
+    let (graph, p) = (&g.def.name, privacy_alias());
     // Each value sent over an edge leaves its actor's thread: its type is checked `Send`,
     // after the graph's own checks (see `edge_type`).
     let edges = sched.edges.iter().map(|e| Check {
@@ -499,10 +561,10 @@ fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
                 CheckKind::Fields(n) => quote_spanned!(at=> #f::<#ty, #n>()),
                 _ => quote_spanned!(at=> #f::<#ty>()),
             };
-            let alias = checked_alias(graph, privacy, k);
+            let alias = checked_alias(graph, k);
             quote! {
                 #alias
-                impl #rt::Checked<#k, #privacy> for #graph {
+                impl #rt::Checked<#k, #p> for #graph {
                     type Type = <#ty as #rt::Valid<{ #check }>>::Type;
                 }
             }

@@ -13,7 +13,7 @@ use crate::rt;
 /// signatures that accept whatever the caller does (an output type it infers, the actor
 /// types as declared), so that the only errors shown are the graph's own.
 pub(crate) fn expand(def: &GraphDef) -> TokenStream {
-    let rt = rt::path();
+    let (path, rt) = (rt::path(), rt::local());
     let (attrs, vis, name) = (&def.attrs, &def.vis, &def.name);
     let groups: Vec<(&Ident, Option<&syn::Type>, Option<&syn::Expr>)> = def
         .params
@@ -75,62 +75,67 @@ pub(crate) fn expand(def: &GraphDef) -> TokenStream {
             __graph_has_errors: (),
         }
 
-        #[allow(unused_variables, clippy::all)]
-        impl #name {
-            /// The actor groups of this graph, in declaration order.
-            pub const GROUPS: &'static [&'static ::core::primitive::str] = &[#(#group_names),*];
-            /// Not available: the graph has errors.
-            pub fn launch<__B>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
-                ::core::unreachable!()
+        // As the real expansion, in a block that names the runtime `__rt`.
+        const _: () = {
+            use #path as #rt;
+
+            #[allow(unused_variables, clippy::all)]
+            impl #name {
+                /// The actor groups of this graph, in declaration order.
+                pub const GROUPS: &[&::core::primitive::str] = &[#(#group_names),*];
+                /// Not available: the graph has errors.
+                pub fn launch<__B>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
+                    ::core::unreachable!()
+                }
+                /// Not available: the graph has errors.
+                pub fn launch_with<__B>(#(#group_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
+                    ::core::unreachable!()
+                }
+                /// Not available: the graph has errors.
+                pub fn launch_actors<__B>(#(#actors_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
+                    ::core::unreachable!()
+                }
+                /// Not available: the graph has errors.
+                pub fn execute<__O>(&mut self, #(#inputs),*) -> #out {
+                    ::core::unreachable!()
+                }
+                /// Not available: the graph has errors.
+                pub fn execute_timeout<__O>(&mut self, #(#inputs,)* timeout: #rt::Duration) -> #out {
+                    ::core::unreachable!()
+                }
+                /// Not available: the graph has errors.
+                pub fn execute_async<__O: 'static>(&mut self, #(#inputs),*) -> impl ::core::future::Future<Output = #out> + '_ {
+                    ::core::future::pending()
+                }
+                /// Not available: the graph has errors.
+                pub fn submit(&mut self, #(#inputs),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
+                    ::core::unreachable!()
+                }
+                /// Not available: the graph has errors.
+                pub fn wait<__O>(&mut self, ticket: #rt::Ticket) -> #out {
+                    ::core::unreachable!()
+                }
+                /// Not available: the graph has errors.
+                pub fn wait_async<__O: 'static>(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #out> + '_ {
+                    ::core::future::pending()
+                }
+                /// Not available: the graph has errors.
+                pub fn in_flight(&self) -> ::core::primitive::usize {
+                    ::core::unreachable!()
+                }
+                /// Not available: the graph has errors.
+                pub fn teardown #generic (self) -> #rt::Result<#torn, #rt::Error> {
+                    ::core::unreachable!()
+                }
+                /// Not available: the graph has errors.
+                pub fn teardown_each #generic (self) -> #each {
+                    ::core::unreachable!()
+                }
+                /// Not available: the graph has errors.
+                pub fn to_dot() -> #rt::String {
+                    ::core::unreachable!()
+                }
             }
-            /// Not available: the graph has errors.
-            pub fn launch_with<__B>(#(#group_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn launch_actors<__B>(#(#actors_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn execute<__O>(&mut self, #(#inputs),*) -> #out {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn execute_timeout<__O>(&mut self, #(#inputs,)* timeout: #rt::Duration) -> #out {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn execute_async<__O: 'static>(&mut self, #(#inputs),*) -> impl ::core::future::Future<Output = #out> + '_ {
-                ::core::future::pending()
-            }
-            /// Not available: the graph has errors.
-            pub fn submit(&mut self, #(#inputs),*) -> #rt::Result<#rt::Ticket, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn wait<__O>(&mut self, ticket: #rt::Ticket) -> #out {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn wait_async<__O: 'static>(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = #out> + '_ {
-                ::core::future::pending()
-            }
-            /// Not available: the graph has errors.
-            pub fn in_flight(&self) -> ::core::primitive::usize {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn teardown #generic (self) -> #rt::Result<#torn, #rt::Error> {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn teardown_each #generic (self) -> #each {
-                ::core::unreachable!()
-            }
-            /// Not available: the graph has errors.
-            pub fn to_dot() -> #rt::String {
-                ::core::unreachable!()
-            }
-        }
+        };
     }
 }

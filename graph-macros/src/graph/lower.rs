@@ -47,8 +47,7 @@ struct Lowerer<'d> {
     /// Every name a `let` of the graph defines, where: a use before its definition gets a
     /// better error than an unknown name.
     defined_later: HashMap<String, Span>,
-    /// The graph's type, which numbers its method calls (`MethodCall<K>`).
-    graph: &'d Ident,
+    /// The number of method calls so far, which numbers them (`MethodCall<K>`).
     calls: usize,
     checks: Vec<Check>,
     privacy: TokenStream,
@@ -56,7 +55,6 @@ struct Lowerer<'d> {
 
 pub(crate) fn lower<'a>(def: &'a GraphDef, diag: &mut Diag) -> Option<Graph<'a>> {
     let mut l = Lowerer {
-        graph: &def.name,
         calls: 0,
         checks: Vec::new(),
         privacy: privacy(def),
@@ -188,7 +186,7 @@ impl Lowerer<'_> {
                     self.inputs.push(InputDecl {
                         name: p.name.clone(),
                         ty: ty.clone(),
-                        checked: checked_type(self.graph, k),
+                        checked: checked_type(k),
                     });
                     self.declare(&p.name, Binding::Value(v));
                 }
@@ -415,7 +413,7 @@ impl Lowerer<'_> {
             }
             None => {
                 let k = self.check(src_ty, pat.span(), CheckKind::Fields(n));
-                let checked = checked_type(self.graph, k);
+                let checked = checked_type(k);
                 let tys = (0..n).map(|i| tuple_field(&checked, i)).collect();
                 (tys, Some(k))
             }
@@ -454,7 +452,7 @@ impl Lowerer<'_> {
                 ok = false;
             }
             let k = self.check(self.values[p].ty.clone(), at, CheckKind::Send);
-            tys.push(checked_type(self.graph, k));
+            tys.push(checked_type(k));
         }
         ok.then_some(Output { parts, tys, tuple })
     }
@@ -548,11 +546,10 @@ impl Lowerer<'_> {
         let args: Vec<Option<ValueId>> = m.args.iter().map(|a| self.one(a)).collect();
         let place = place?;
         let arg_ids: Vec<ValueId> = args.into_iter().collect::<Option<_>>()?;
-        let group = place.group();
-        let (actor, method, graph) = (&self.groups[group].actor, &m.method, self.graph);
+        let method = &m.method;
         let call = self.calls;
         self.calls += 1;
-        let ty = call_output(graph, actor, call, method.span());
+        let ty = call_output(call, method.span());
         let receiver = tidy(&m.receiver);
         let label = format!("{receiver}.{method}(..)");
         let kind = OpKind::Call {

@@ -86,5 +86,5 @@ fn parts_type(g: &Graph, parts: impl Iterator<Item = usize>) -> TokenStream {
 
 /// The type of the values on edge `e`: checked `Send` (see `value_checks`).
 pub(crate) fn edge_type(g: &Graph, e: usize) -> TokenStream {
-    checked_type(&g.def.name, g.checks.len() + e)
+    checked_type(g.checks.len() + e)
 }

@@ -92,7 +92,7 @@ pub(crate) fn collective_expr(
     root: Option<&Root>,
     span: Span,
 ) -> TokenStream {
-    let rt = rt::path();
+    let rt = rt::local();
     let op = {
         let op = op.map_or_else(|| Ident::new("Sum", span), |o| Ident::new(o.name, o.span));
         quote!(#rt::ReduceOp::#op)

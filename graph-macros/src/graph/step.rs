@@ -17,7 +17,7 @@ use super::plan::{edge_type, GroupPlan};
 use super::respan::{at_user, respan};
 use super::schedule::{Item, Route, Schedule};
 use super::stage::{collective_expr, stage_code, StageValue};
-use super::types::checked_type;
+use super::types::{checked_type, method as method_of};
 use crate::rt;
 
 /// A local of the generated step.
@@ -41,7 +41,7 @@ pub(crate) fn name(g: &Graph, group: usize) -> Ident {
 /// The type of the graph's edges as the steps see them: a tuple of `Arc<Edge<T>>`, by
 /// edge index.
 pub(crate) fn links_type(g: &Graph, sched: &Schedule) -> TokenStream {
-    let rt = rt::path();
+    let rt = rt::local();
     let tys = (0..sched.edges.len()).map(|e| edge_type(g, e));
     quote!((#(#rt::Arc<#rt::Edge<#tys>>,)*))
 }
@@ -59,7 +59,7 @@ struct Gen<'a> {
 /// The step function of group `p.index` and its schedule of synchronizations (the
 /// `&[SyncPoint]` the runtime's failure path follows).
 pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStream, TokenStream) {
-    let rt = rt::path();
+    let rt = rt::local();
     let mut gen = Gen {
         g,
         sched,
@@ -87,8 +87,6 @@ pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStrea
     let out_ty = &p.out_ty;
     let sync = &gen.sync;
     let f = quote! {
-        #[doc(hidden)]
-        #[allow(unused_variables, clippy::let_unit_value, clippy::unused_unit, clippy::type_complexity)]
         fn #step<__C: #rt::Communicator>(
             __actor: &mut #actor,
             __ctx: &mut #rt::StepCtx<__C>,
@@ -181,7 +179,7 @@ impl Gen<'_> {
     /// Takes `l` to send it to other actors: moved at its last use, else cloned, with the
     /// error of a type without `Clone` at the user's argument `at`.
     fn own_sent(&mut self, l: Local, at: Span) -> TokenStream {
-        let rt = rt::path();
+        let rt = rt::local();
         let id = at_user(&self.borrow(l), at);
         if self.uses.get(&l).copied().unwrap_or(0) == 0 {
             quote!(#id)
@@ -193,7 +191,7 @@ impl Gen<'_> {
     /// Takes the value of a single-actor local on its actor: moved at its last use, else
     /// cloned. The clone needs `T: Clone`, and says so at the user's argument `at`.
     fn own_held(&mut self, l: Local, at: Span) -> TokenStream {
-        let rt = rt::path();
+        let rt = rt::local();
         let id = at_user(&self.borrow(l), at);
         if self.uses.get(&l).copied().unwrap_or(0) == 0 {
             quote!(__ctx.take_held(#id)?)
@@ -225,7 +223,7 @@ impl Gen<'_> {
     }
 
     fn op(&mut self, i: usize) -> TokenStream {
-        let rt = rt::path();
+        let rt = rt::local();
         let g = self.g;
         let op = &g.ops[i];
         let outs: Vec<&Ident> = op.outs.iter().map(|&o| &g.values[o].ident).collect();
@@ -242,7 +240,6 @@ impl Gen<'_> {
                 parens,
                 ..
             } => {
-                let graph = &g.def.name;
                 // A single-actor value is taken out of its `Option` first, so that a type
                 // error on it reads as a plain mismatch at the user's argument.
                 let mut held = Vec::new();
@@ -275,7 +272,8 @@ impl Gen<'_> {
                 // The actor type is inferred from `__actor`: an unmet bound of the call (a
                 // by-value parameter that is not `Clone`) is then reported at the user's
                 // method, and an unknown actor type only where it is written.
-                let call = quote_spanned!(method.span()=> call::<_, <#graph as #rt::MethodCall<#call>>::Method>);
+                let m = method_of(*call, method.span());
+                let call = quote_spanned!(method.span()=> call::<_, #m>);
                 let call_args = quote_spanned!(*parens=> (__actor, #args));
                 let call = quote!(#ctx.#call #call_args?);
                 match on_rank {
@@ -308,7 +306,7 @@ impl Gen<'_> {
                     .map(|(i, (&a, &span))| StageValue {
                         ident: at_user(&self.borrow(Local::Value(a)), span),
                         span,
-                        checked: checks.get(i).map(|&k| checked_type(&g.def.name, k)),
+                        checked: checks.get(i).map(|&k| checked_type(k)),
                     })
                     .collect();
                 let collective = collective_expr(spec, reduce.as_ref(), root.as_ref(), *span);
@@ -353,7 +351,7 @@ impl Gen<'_> {
                 // silent) when the check failed.
                 let src = match check {
                     Some(k) => {
-                        let ty = checked_type(&g.def.name, *k);
+                        let ty = checked_type(*k);
                         let ty = match on_rank {
                             None => ty,
                             Some(_) => quote!(#rt::Option<#ty>),
@@ -382,7 +380,7 @@ impl Gen<'_> {
 
     /// Sends a value on edge `e` right after it exists (this group produces it).
     fn send(&mut self, e: usize) -> TokenStream {
-        let rt = rt::path();
+        let rt = rt::local();
         let edge = &self.sched.edges[e];
         let at = self.sync_point(quote!(#rt::SyncPoint::Send(#e)));
         let idx = syn::Index::from(e);
@@ -422,7 +420,7 @@ impl Gen<'_> {
 
     /// Receives a value from edge `e` right before its first use (this group reads it).
     fn recv(&mut self, e: usize) -> TokenStream {
-        let rt = rt::path();
+        let rt = rt::local();
         let edge = &self.sched.edges[e];
         let at = self.sync_point(quote!(#rt::SyncPoint::Recv(#e)));
         let idx = syn::Index::from(e);

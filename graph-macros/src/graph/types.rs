@@ -1,6 +1,7 @@
 //! Rendering the IR's types to tokens: every type the generated code names that the macro
 //! cannot know (it sees no types) is spelled here as a projection rustc resolves, through
-//! the graph's `Checked` and `MethodCall` impls (see codegen).
+//! the graph's `Checked` and `MethodCall` impls (see codegen), by the private aliases the
+//! graph's `const _` block gives those projections.
 
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -9,11 +10,18 @@ use super::ops::Kind;
 use super::parse::GraphDef;
 use crate::rt;
 
-/// The type of check `k`: a private alias of `<Graph as Checked<K, P>>::Type` (see
-/// `checked_alias`), so that the generated code spells it once.
-pub(crate) fn checked_type(graph: &Ident, k: usize) -> TokenStream {
-    let alias = format_ident!("__actorgraph_{}_{}", graph, k);
+/// The type of check `k`: `__T<k>`, a private alias in the graph's block of
+/// `<Graph as Checked<K, P>>::Type` (see `checked_alias`), so that the generated code
+/// spells it once.
+pub(crate) fn checked_type(k: usize) -> TokenStream {
+    let alias = format_ident!("__T{}", k);
     quote!(#alias)
+}
+
+/// The name, in the graph's block, of the tuple of the types its declaration names (see
+/// `privacy`).
+pub(crate) fn privacy_alias() -> TokenStream {
+    quote!(__P)
 }
 
 /// `type <checked_type(k)> = <Graph as Checked<K, P>>::Type;`. `P` is the tuple of every
@@ -21,11 +29,10 @@ pub(crate) fn checked_type(graph: &Ident, k: usize) -> TokenStream {
 /// `Checked` impls no more public than the least public of them: their associated types
 /// name those types, and a public graph over a private actor type must still compile. The
 /// alias is private, and transparent: rustdoc shows what it stands for.
-pub(crate) fn checked_alias(graph: &Ident, privacy: &TokenStream, k: usize) -> TokenStream {
-    let (rt, alias) = (rt::path(), checked_type(graph, k));
+pub(crate) fn checked_alias(graph: &Ident, k: usize) -> TokenStream {
+    let (rt, alias, p) = (rt::local(), checked_type(k), privacy_alias());
     quote! {
-        #[allow(non_camel_case_types)]
-        type #alias = <#graph as #rt::Checked<#k, #privacy>>::Type;
+        type #alias = <#graph as #rt::Checked<#k, #p>>::Type;
     }
 }
 
@@ -49,23 +56,45 @@ pub(crate) fn output_type(kind: Kind, ty: &TokenStream) -> TokenStream {
     }
 }
 
-/// The output type of method call `call` (`MethodCall<call>`) on `actor`, at the user's
-/// method name.
-pub(crate) fn call_output(graph: &Ident, actor: &syn::Type, call: usize, at: Span) -> TokenStream {
-    let rt = rt::path();
-    quote_spanned!(at=> <#actor as #rt::Signature<<#graph as #rt::MethodCall<#call>>::Method>>::Output)
+/// The method of call `call`: `__M<call>`, a private alias in the graph's block of
+/// `<Graph as MethodCall<call>>::Method` (see `method_aliases`), at the user's `at` (it
+/// resolves there as at the call site, and a diagnostic that names it stays the user's).
+pub(crate) fn method(call: usize, at: Span) -> Ident {
+    format_ident!("__M{}", call, span = at)
+}
+
+/// The output type of method call `call`: `__O<call>`, a private alias in the graph's
+/// block of `<Actor as Signature<method(call)>>::Output`, at the user's `at` (as `method`).
+pub(crate) fn call_output(call: usize, at: Span) -> TokenStream {
+    let alias = format_ident!("__O{}", call, span = at);
+    quote!(#alias)
+}
+
+/// The aliases of `method(call)` and `call_output(call)` for a call on `actor`, at the
+/// user's method name `at`.
+pub(crate) fn method_aliases(
+    graph: &Ident,
+    actor: &syn::Type,
+    call: usize,
+    at: Span,
+) -> TokenStream {
+    let (rt, m, out) = (rt::local(), method(call, at), call_output(call, at));
+    quote_spanned! {at=>
+        type #m = <#graph as #rt::MethodCall<#call>>::Method;
+        type #out = <#actor as #rt::Signature<#m>>::Output;
+    }
 }
 
 /// What an `allgather` makes of a value whose type passed check `checked`, at the user's
 /// argument.
 pub(crate) fn gathered(checked: &TokenStream, at: Span) -> TokenStream {
-    let rt = rt::path();
+    let rt = rt::local();
     quote_spanned!(at=> <#checked as #rt::Gather>::Gathered)
 }
 
 /// Field `i` of a tuple whose type passed check `checked` (`Fields`).
 pub(crate) fn tuple_field(checked: &TokenStream, i: usize) -> TokenStream {
-    let rt = rt::path();
+    let rt = rt::local();
     quote!(<#checked as #rt::TupleField<#i>>::Type)
 }
 

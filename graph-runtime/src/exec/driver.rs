@@ -9,6 +9,7 @@
 //! implementation of [`Groups`] serves any number of groups.
 
 use std::future::poll_fn;
+use std::marker::PhantomData;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -155,6 +156,41 @@ where
     }
 }
 
+/// The type of graph `Self`'s [`Driver`], which is spelled in the graph's block (where the
+/// graph's checked types have names), for its struct to name it (see [`Driven`]). `P` is
+/// only there for privacy, as in [`Checked`](crate::__private::Checked).
+pub trait GraphDriver<P: ?Sized> {
+    /// The graph's [`Driver`].
+    type Driver;
+}
+
+/// The driver of graph `G`, as the graph's struct holds it.
+///
+/// Its last field is a `PhantomData`, so that whether it is sized is known without
+/// resolving `G`'s driver type: resolving that type evaluates the graph's type checks,
+/// which ask whether the graph's struct is sized, which would then ask for that type
+/// again (a cycle). Generated code reaches the driver as `.0`, not through a `Deref`: when
+/// a check failed, the field's type is an error, and a method called on it reports nothing
+/// more.
+pub struct Driven<G: GraphDriver<P>, P: ?Sized>(pub G::Driver, PhantomData<fn(*const P)>);
+
+impl<G, P, Gs, In, Out> Driven<G, P>
+where
+    G: GraphDriver<P, Driver = Driver<Gs, In, Out>>,
+    P: ?Sized,
+    Gs: Groups,
+{
+    /// The driver of graph `G`'s groups, just launched (see [`Driver::new`]).
+    pub fn new(
+        groups: Gs,
+        options: LaunchOptions,
+        split: fn(In) -> Gs::Inputs,
+        assemble: fn(Gs::Outputs) -> Vec<Out>,
+    ) -> Self {
+        Self(Driver::new(groups, options, split, assemble), PhantomData)
+    }
+}
+
 /// A launched graph's driver: its groups `G`, the executions in flight, and the graph's
 /// own two conversions: its inputs `In` into each group's (`split`, which clones an input
 /// that several groups read), and its groups' outputs into its output by rank, of `Out`
@@ -188,12 +224,15 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
         }
     }
 
-    /// Runs one execution and returns its output by rank; with a `timeout`, ranks still
-    /// running when it passes make it [`Error::Timeout`] (and break the graph).
-    pub fn execute(&mut self, inputs: In, timeout: Option<Duration>) -> Result<Vec<Out>, Error> {
-        let deadline = timeout.map(Deadline::after);
-        let ticket = self.submit_by(inputs, deadline)?;
-        self.wait_by(ticket, deadline)
+    /// Runs one execution and returns its output by rank.
+    pub fn execute(&mut self, inputs: In) -> Result<Vec<Out>, Error> {
+        self.execute_by(inputs, None)
+    }
+
+    /// [`Driver::execute`]; ranks still running when `timeout` passes make it
+    /// [`Error::Timeout`] (and break the graph).
+    pub fn execute_timeout(&mut self, inputs: In, timeout: Duration) -> Result<Vec<Out>, Error> {
+        self.execute_by(inputs, Some(Deadline::after(timeout)))
     }
 
     /// Submits one execution and returns its ticket; [`Error::InFlightFull`] if there is
@@ -249,6 +288,11 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
         G: Teardown,
     {
         self.groups.teardown_each()
+    }
+
+    fn execute_by(&mut self, inputs: In, deadline: Option<Deadline>) -> Result<Vec<Out>, Error> {
+        let ticket = self.submit_by(inputs, deadline)?;
+        self.wait_by(ticket, deadline)
     }
 
     fn submit_by(&mut self, inputs: In, deadline: Option<Deadline>) -> Result<Ticket, Error> {

@@ -22,7 +22,7 @@ mod wake;
 
 pub use actors::Actors;
 pub use ctx::{Stage, StepCtx, SyncPoint};
-pub use driver::{Driver, Groups, Teardown};
+pub use driver::{Driven, Driver, GraphDriver, Groups, Teardown};
 pub use edge::{Edge, EdgeValue, Links, Route};
 pub use pipeline::{LaunchOptions, Pipeline, Ticket};
 

@@ -157,7 +157,7 @@ impl Lowerer<'_> {
             .enumerate()
             .map(|(i, (&v, e))| {
                 let ty = match checks.get(i) {
-                    Some(&k) => gathered(&checked_type(self.graph, k), e.span()),
+                    Some(&k) => gathered(&checked_type(k), e.span()),
                     None => output_type(spec.kind, &self.values[v].ty),
                 };
                 let label = if nested {
