@@ -84,8 +84,8 @@ pub mod reference;
 /// traits of the values collectives take.
 pub mod prelude {
     pub use crate::{
-        actor, graph, Actors, Backend, Bucketable, Cpu, Error, Gather, LaunchOptions, ReduceOp,
-        Scatter, Tensor, Ticket,
+        actor, graph, Actors, Backend, Bucketable, Cpu, Ctx, Error, Gather, LaunchOptions,
+        ReduceOp, Scatter, Tensor, Ticket,
     };
 }
 // The README's example is compiled and run with the other doc tests, so what the README

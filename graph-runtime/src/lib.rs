@@ -21,7 +21,7 @@ pub use bucket::{Bucketable, Gather, Reduced, Scatter};
 pub use comm::{Backend, Communicator, Cpu, ReduceOp};
 pub use element::{DType, Element};
 pub use error::{BoxError, Error};
-pub use exec::{Actors, LaunchOptions, Ticket, TEARDOWN_GRACE};
+pub use exec::{Actors, Ctx, LaunchOptions, Ticket, TEARDOWN_GRACE};
 pub use tensor::Tensor;
 
 /// The `half` crate, whose `f16` and `bf16` are element types.

@@ -18,6 +18,7 @@ mod collectives;
 mod failures;
 mod groups;
 mod pipeline;
+mod rank_ctx;
 mod readme;
 mod real_graphs;
 mod reduce_ops;

@@ -18,6 +18,7 @@ mod ctx;
 mod driver;
 pub(crate) mod edge;
 mod pipeline;
+mod rank;
 mod wake;
 
 pub use actors::Actors;
@@ -25,6 +26,7 @@ pub use ctx::{Stage, StepCtx, SyncPoint};
 pub use driver::{Driven, Driver, GraphDriver, Groups, Teardown};
 pub use edge::{Edge, EdgeValue, Links, Route};
 pub use pipeline::{LaunchOptions, Pipeline, Ticket};
+pub use rank::Ctx;
 
 use std::any::Any;
 use std::collections::VecDeque;
@@ -232,6 +234,7 @@ where
                 .name(format!("actorgraph-{name}-{rank}"))
                 .spawn(move || {
                     crate::sync::actor_started();
+                    rank::Ctx::new(name, rank, size).enter();
                     let guard = ExitGuard {
                         shared: &shared,
                         rank,
