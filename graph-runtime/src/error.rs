@@ -61,6 +61,21 @@ pub enum Error {
         size: usize,
     },
 
+    /// A per-rank input (`batch: PerRank<T>`) was given to `execute` with another number of
+    /// values than its group has actors; the execution is not started, and the next one
+    /// runs as usual.
+    #[error("per-rank input `{input}` has {got} values, but group `{group}` that reads it has {expected} actors (one value per rank)")]
+    PerRankLength {
+        /// The input, as named in the graph.
+        input: &'static str,
+        /// The group that reads it.
+        group: &'static str,
+        /// The number of actors in the group.
+        expected: usize,
+        /// The number of values given.
+        got: usize,
+    },
+
     /// A tensor's data length does not match its shape.
     #[error("tensor shape {shape:?} holds {expected} elements but {got} were given")]
     ShapeData {

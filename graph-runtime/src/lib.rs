@@ -32,9 +32,9 @@ pub use half;
 // that rustc writes them `actorgraph::MethodCall` rather than through `__private`.
 #[doc(hidden)]
 pub use __private::{
-    clone_value, destructures, gatherable, input, method_index, sendable, Actor, Checked,
-    EdgeValue, Fallible, Fields, FusedStage, Input, Method, MethodCall, MethodId, Sendable,
-    Signature, Stage, StepCtx, TupleField, Valid,
+    clone_value, destructures, gatherable, input, method_index, rank_input, sendable, Actor,
+    Checked, EdgeValue, Fallible, Fields, FusedStage, Input, Method, MethodCall, MethodId,
+    RankInput, Sendable, Signature, Stage, StepCtx, TupleField, Valid,
 };
 
 /// Items the generated code uses. Not a public API: it changes without notice.
@@ -43,12 +43,13 @@ pub mod __private {
     pub use crate::bucket::{FusedStage, SlotIdx};
     pub use crate::comm::{Backend, Collective, Communicator, ReduceOp};
     pub use crate::exec::{
-        Actors, Driven, Driver, Edge, EdgeValue, GraphDriver, Group, LaunchOptions, Links, Route,
-        Stage, StepCtx, StepFn, SyncPoint, Ticket,
+        Actors, Deal, Driven, Driver, Edge, EdgeValue, Elements, GraphDriver, Group, LaunchOptions,
+        Links, PerRankValues, RankInputs, Route, Stage, StepCtx, StepFn, SyncPoint, Ticket,
     };
     pub use crate::method::{
-        checked, destructures, gatherable, input, method_index, sendable, Actor, Checked, Fallible,
-        Fields, Input, Method, MethodCall, MethodId, MethodInfo, Sendable, Signature, Valid,
+        checked, destructures, gatherable, input, method_index, rank_input, sendable, Actor,
+        Checked, Fallible, Fields, Input, Method, MethodCall, MethodId, MethodInfo, RankInput,
+        Sendable, Signature, Valid,
     };
     pub use crate::{BoxError, Bucketable, Error, Gather};
     pub use std::convert::From;

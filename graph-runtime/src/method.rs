@@ -228,6 +228,22 @@ pub const fn input<T: Input>() -> bool {
     true
 }
 
+/// What a per-rank input's element needs: it moves to its actor's thread. Implemented for
+/// every `Send + 'static` type; it exists for its error message.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a per-rank input: it must be `Send + 'static`",
+    label = "each value of this input moves to its actor's thread",
+    note = "a per-rank value is moved, never cloned, so it need not be `Clone`"
+)]
+pub trait RankInput: Send + 'static {}
+
+impl<T: Send + 'static> RankInput for T {}
+
+/// The check of a per-rank input's element type (see [`Checked`]).
+pub const fn rank_input<T: RankInput>() -> bool {
+    true
+}
+
 /// The check of a value an `allgather` takes (see [`Checked`]).
 pub const fn gatherable<T: Gather>() -> bool {
     true

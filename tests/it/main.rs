@@ -17,6 +17,7 @@ mod attach;
 mod collectives;
 mod failures;
 mod groups;
+mod per_rank;
 mod pipeline;
 mod rank_ctx;
 mod readme;

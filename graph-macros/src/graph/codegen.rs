@@ -12,7 +12,7 @@ use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
 use super::ir::{Check, CheckKind, Graph, OpKind, Place};
-use super::plan::{edge_type, output_type, GroupPlan};
+use super::plan::{edge_type, list, output_type, GroupPlan};
 use super::respan::{respan, respan_ends};
 use super::schedule::{self, Route, Schedule};
 use super::types::{checked_alias, method_aliases, privacy_alias};
@@ -48,9 +48,9 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     // The driver's type: the groups as a list, the graph's inputs, one rank's output.
     let group_tys = groups.iter().map(|p| {
         let actor = &g.groups[p.index].actor;
-        let in_tys = p.inputs.iter().map(|&i| &g.inputs[i].checked);
+        let in_ty = p.input_type(g);
         let out_ty = &p.out_ty;
-        quote!(#rt::Group<#actor, (#(#in_tys,)*), #out_ty>)
+        quote!(#rt::Group<#actor, #in_ty, #out_ty>)
     });
     let input_tys = g.inputs.iter().map(|i| &i.ty);
     let out_ty = output_type(g);
@@ -340,13 +340,6 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     }
 }
 
-/// `items` as the driver's list: `(a, (b, ()))`.
-fn list(items: impl DoubleEndedIterator<Item = TokenStream>) -> TokenStream {
-    items
-        .rev()
-        .fold(quote!(()), |rest, item| quote!((#item, #rest)))
-}
-
 fn group_var(name: &Ident) -> Ident {
     format_ident!("__group_{}", name)
 }
@@ -355,7 +348,12 @@ fn group_var(name: &Ident) -> Ident {
 /// each moved to the last group that reads it and cloned for the others before.
 fn split(g: &Graph, groups: &[GroupPlan]) -> TokenStream {
     let mut remaining_uses: Vec<usize> = (0..g.inputs.len())
-        .map(|i| groups.iter().filter(|p| p.inputs.contains(&i)).count())
+        .map(|i| {
+            groups
+                .iter()
+                .filter(|p| p.inputs.contains(&i) || p.own.contains(&i))
+                .count()
+        })
         .collect();
     let pats = g.inputs.iter().zip(&remaining_uses).map(|(i, &uses)| {
         let n = &i.name;
@@ -369,7 +367,7 @@ fn split(g: &Graph, groups: &[GroupPlan]) -> TokenStream {
     let per_group: Vec<TokenStream> = groups
         .iter()
         .map(|p| {
-            let vals = p.inputs.iter().map(|&i| {
+            p.whole_input(g, |i| {
                 remaining_uses[i] -= 1;
                 let n = &g.inputs[i].name;
                 if remaining_uses[i] == 0 {
@@ -377,8 +375,7 @@ fn split(g: &Graph, groups: &[GroupPlan]) -> TokenStream {
                 } else {
                     quote!(::core::clone::Clone::clone(&#n))
                 }
-            });
-            quote!((#(#vals,)*))
+            })
         })
         .collect();
     let body = list(per_group.into_iter());
@@ -553,6 +550,7 @@ fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
                     CheckKind::Gather => quote!(#rt::gatherable),
                     CheckKind::Send => quote!(#rt::sendable),
                     CheckKind::Input => quote!(#rt::input),
+                    CheckKind::RankInput => quote!(#rt::rank_input),
                     CheckKind::Fields(_) => quote!(#rt::destructures),
                 },
                 at,

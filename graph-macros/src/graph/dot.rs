@@ -54,7 +54,7 @@ impl Dot<'_> {
         );
         self.line(1, "edge [fontname=\"Helvetica\", fontsize=9];");
         for inp in &g.inputs {
-            let ty = tidy(&inp.ty);
+            let ty = &inp.text;
             let label = format!("{}: {ty}", inp.name);
             self.line(
                 1,

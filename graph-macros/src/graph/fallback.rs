@@ -36,7 +36,7 @@ pub(crate) fn expand(def: &GraphDef) -> TokenStream {
         .iter()
         .filter(|p| p.group.is_none())
         .map(|p| {
-            let (n, ty) = (&p.name, &p.ty);
+            let (n, ty) = (&p.name, p.execute_ty());
             quote!(#n: #ty)
         })
         .collect();

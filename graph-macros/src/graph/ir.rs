@@ -41,6 +41,8 @@ pub(crate) enum CheckKind {
     Send,
     /// A graph input, cloned for every actor that reads it: `Clone + Send + 'static`.
     Input,
+    /// A per-rank input's element, moved to its actor's thread: `Send + 'static`.
+    RankInput,
     /// `let (a, b, ..) = ` takes it apart: a tuple of that many fields.
     Fields(usize),
 }
@@ -64,9 +66,16 @@ pub(crate) struct GroupDecl {
 
 pub(crate) struct InputDecl {
     pub(crate) name: Ident,
-    pub(crate) ty: syn::Type,
-    /// `ty`, checked to be a valid input (`Clone + Send + 'static`): what the actors get.
+    /// The type `execute` takes (a `Vec` of the elements of a per-rank input).
+    pub(crate) ty: TokenStream,
+    /// What an actor gets, checked to be a valid input (`Clone + Send + 'static`; a
+    /// per-rank input's element, `Send + 'static`).
     pub(crate) checked: TokenStream,
+    /// The type as written, for the picture.
+    pub(crate) text: String,
+    /// A per-rank input (`PerRank<T>`): rank k of the one group that reads it gets the
+    /// k-th value, moved.
+    pub(crate) per_rank: bool,
 }
 
 /// Where an op runs, and so where the values it makes live: always on the actors of a

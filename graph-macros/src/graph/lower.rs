@@ -8,6 +8,7 @@
 //! by construction: there is no syntax that could make one. The schedule relies on it.
 
 mod collective;
+mod per_rank;
 
 use std::collections::HashMap;
 
@@ -75,6 +76,7 @@ pub(crate) fn lower<'a>(def: &'a GraphDef, diag: &mut Diag) -> Option<Graph<'a>>
             "a graph needs at least one actor group parameter, e.g. `workers: [Worker]`",
         );
     }
+    l.per_rank_readers();
     let output = output?;
     Some(Graph {
         def,
@@ -176,17 +178,31 @@ impl Lowerer<'_> {
                     self.declare(&p.name, Binding::Group(idx));
                 }
                 (ty, None) => {
+                    let (elem, kind) = match &p.per_rank {
+                        None => (ty, CheckKind::Input),
+                        Some(Some(elem)) => (elem, CheckKind::RankInput),
+                        Some(None) => {
+                            self.diag.error_at(
+                                ty,
+                                "a per-rank input is written `PerRank<T>`, with one type: `execute` then takes a `Vec<T>` with one value per rank",
+                            );
+                            self.declare(&p.name, Binding::Failed);
+                            continue;
+                        }
+                    };
                     let v = self.new_value(
                         Some(p.name.clone()),
                         p.name.to_string(),
                         Origin::Input(self.inputs.len()),
-                        quote!(#ty),
+                        quote!(#elem),
                     );
-                    let k = self.check(quote!(#ty), ty.span(), CheckKind::Input);
+                    let k = self.check(quote!(#elem), elem.span(), kind);
                     self.inputs.push(InputDecl {
                         name: p.name.clone(),
-                        ty: ty.clone(),
+                        ty: p.execute_ty(),
+                        text: tidy(ty),
                         checked: checked_type(k),
+                        per_rank: p.per_rank.is_some(),
                     });
                     self.declare(&p.name, Binding::Value(v));
                 }

@@ -37,6 +37,41 @@ pub(crate) struct ParamDef {
     pub(crate) ty: Type,
     /// For an actor group: the actor type, and the size of a fixed-size group.
     pub(crate) group: Option<(Type, Option<syn::Expr>)>,
+    /// For a per-rank input (`PerRank<T>`): `T`, or `None` when the `PerRank` is malformed.
+    pub(crate) per_rank: Option<Option<Type>>,
+}
+
+impl ParamDef {
+    /// The type `execute` takes for this input: a `Vec` of a per-rank input's elements,
+    /// one per rank; otherwise the type as written.
+    pub(crate) fn execute_ty(&self) -> proc_macro2::TokenStream {
+        let rt = crate::rt::path();
+        match &self.per_rank {
+            Some(Some(elem)) => quote::quote!(#rt::Vec<#elem>),
+            Some(None) => quote::quote!(#rt::Vec<()>),
+            None => {
+                let ty = &self.ty;
+                quote::quote!(#ty)
+            }
+        }
+    }
+}
+
+/// `PerRank<T>` (the last segment of a path, without `qself`): `Some(Some(T))`; a
+/// `PerRank` without exactly one type argument: `Some(None)`; anything else: `None`.
+fn per_rank(ty: &Type) -> Option<Option<Type>> {
+    let Type::Path(p) = ty else { return None };
+    let last = p.path.segments.last().filter(|_| p.qself.is_none())?;
+    if last.ident != "PerRank" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(args) = &last.arguments else {
+        return Some(None);
+    };
+    match args.args.iter().collect::<Vec<_>>()[..] {
+        [syn::GenericArgument::Type(t)] => Some(Some(t.clone())),
+        _ => Some(None),
+    }
 }
 
 impl Parse for Graphs {
@@ -84,6 +119,9 @@ impl Parse for GraphDef {
                     }
                     _ => None,
                 };
+                if p.group.is_none() {
+                    p.per_rank = per_rank(&p.ty);
+                }
                 p
             })
             .collect();
@@ -106,6 +144,7 @@ impl Parse for ParamDef {
             name,
             ty,
             group: None,
+            per_rank: None,
         })
     }
 }
@@ -179,5 +218,35 @@ mod tests {
         };
         let groups: Vec<bool> = def.params.iter().map(|p| p.group.is_some()).collect();
         assert_eq!(groups, [true, false, true]);
+    }
+
+    #[test]
+    fn per_rank_inputs_are_recognised_by_their_last_segment() {
+        let def: super::GraphDef = syn::parse_quote! {
+            G(w: [W], a: PerRank<u32>, b: actorgraph::PerRank<Vec<f32>>, c: PerRank, d: PerRank<u8, u8>, e: u32) {
+                w.f(a)
+            }
+        };
+        let seen: Vec<Option<Option<String>>> = def
+            .params
+            .iter()
+            .map(|p| {
+                p.per_rank
+                    .as_ref()
+                    .map(|e| e.as_ref().map(crate::diag::tidy))
+            })
+            .collect();
+        let some = |s: &str| Some(Some(s.to_string()));
+        assert_eq!(
+            seen,
+            [
+                None,
+                some("u32"),
+                some("Vec<f32>"),
+                Some(None),
+                Some(None),
+                None
+            ]
+        );
     }
 }

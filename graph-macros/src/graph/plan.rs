@@ -11,8 +11,10 @@ use super::types::checked_type;
 /// What one group runs and returns.
 pub(crate) struct GroupPlan {
     pub(crate) index: usize,
-    /// Graph inputs this group reads, by input index.
+    /// Graph inputs this group reads that every actor gets whole, by input index.
     pub(crate) inputs: Vec<usize>,
+    /// Per-rank inputs this group reads (rank k gets value k), by input index.
+    pub(crate) own: Vec<usize>,
     /// Positions in the graph output that this group produces.
     pub(crate) out_parts: Vec<usize>,
     pub(crate) out_ty: TokenStream,
@@ -36,6 +38,7 @@ impl GroupPlan {
             }
         }
         inputs.sort_unstable();
+        let (own, inputs) = inputs.into_iter().partition(|&i| g.inputs[i].per_rank);
         let out_parts: Vec<usize> = g
             .output
             .parts
@@ -52,10 +55,73 @@ impl GroupPlan {
         GroupPlan {
             index,
             inputs,
+            own,
             out_parts,
             out_ty,
         }
     }
+}
+
+impl GroupPlan {
+    /// The type of one actor's input: the tuple of the inputs every actor gets, or, with
+    /// per-rank inputs, `RankInputs` of that tuple and of the list of its own values.
+    pub(crate) fn input_type(&self, g: &Graph) -> TokenStream {
+        let shared = self.inputs.iter().map(|&i| &g.inputs[i].checked);
+        let shared = quote!((#(#shared,)*));
+        if self.own.is_empty() {
+            return shared;
+        }
+        let rt = crate::rt::path();
+        let own = list(self.own.iter().map(|&i| g.inputs[i].checked.clone()));
+        quote!(#rt::RankInputs<#shared, #own>)
+    }
+
+    /// In the step: `let name = &..;` for each input the group reads, from `__inputs`.
+    pub(crate) fn bind_inputs(&self, g: &Graph) -> Vec<TokenStream> {
+        let split = !self.own.is_empty();
+        let shared = self.inputs.iter().enumerate().map(|(k, &i)| {
+            let (n, k) = (&g.inputs[i].name, syn::Index::from(k));
+            match split {
+                false => quote!(let #n = &__inputs.#k;),
+                true => quote!(let #n = &__inputs.shared.#k;),
+            }
+        });
+        let own = self.own.iter().enumerate().map(|(k, &i)| {
+            let n = &g.inputs[i].name;
+            let rest = (0..k).map(|_| quote!(.1));
+            quote!(let #n = &__inputs.own #(#rest)* .0;)
+        });
+        shared.chain(own).collect()
+    }
+
+    /// The group's input of one execution, in the driver's `split`: `take(i)` is graph
+    /// input i (moved or cloned); a per-rank input's values go with its name, for the
+    /// length check.
+    pub(crate) fn whole_input(
+        &self,
+        g: &Graph,
+        mut take: impl FnMut(usize) -> TokenStream,
+    ) -> TokenStream {
+        let shared: Vec<TokenStream> = self.inputs.iter().map(|&i| take(i)).collect();
+        let shared = quote!((#(#shared,)*));
+        if self.own.is_empty() {
+            return shared;
+        }
+        let rt = crate::rt::path();
+        let own = list(self.own.iter().map(|&i| {
+            let name = g.inputs[i].name.to_string();
+            let values = take(i);
+            quote!(#rt::PerRankValues::new(#name, #values))
+        }));
+        quote!((#shared, #own))
+    }
+}
+
+/// `items` as a list: `(a, (b, ()))`.
+pub(crate) fn list(items: impl DoubleEndedIterator<Item = TokenStream>) -> TokenStream {
+    items
+        .rev()
+        .fold(quote!(()), |rest, item| quote!((#item, #rest)))
 }
 
 /// The type of one output part on one rank: a value of one actor is `Some` on that rank

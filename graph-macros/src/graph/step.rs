@@ -77,12 +77,8 @@ pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStrea
     let decl = &g.groups[p.index];
     let actor = &decl.actor;
     let step = name(g, p.index);
-    let in_tys: Vec<&TokenStream> = p.inputs.iter().map(|&i| &g.inputs[i].checked).collect();
-    let bind_inputs = p.inputs.iter().enumerate().map(|(k, &i)| {
-        let n = &g.inputs[i].name;
-        let k = syn::Index::from(k);
-        quote!(let #n = &__inputs.#k;)
-    });
+    let in_ty = p.input_type(g);
+    let bind_inputs = p.bind_inputs(g);
     let links = links_type(g, sched);
     let out_ty = &p.out_ty;
     let sync = &gen.sync;
@@ -90,7 +86,7 @@ pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStrea
         fn #step<__C: #rt::Communicator>(
             __actor: &mut #actor,
             __ctx: &mut #rt::StepCtx<__C>,
-            __inputs: &(#(#in_tys,)*),
+            __inputs: &#in_ty,
             __links: &#links,
         ) -> #rt::Result<#out_ty, #rt::Error> {
             #(#bind_inputs)*

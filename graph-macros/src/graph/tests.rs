@@ -431,3 +431,40 @@ fn a_graph_without_a_group_is_reported() {
         ]
     );
 }
+
+#[test]
+fn a_per_rank_input_goes_to_the_one_group_that_reads_it() {
+    lowered(
+        quote! {
+            G(w: [W], h: [H], batch: PerRank<u32>, lr: f32) {
+                let a = w.f(batch, lr);
+                let b = h.g(lr);
+                (a, b)
+            }
+        },
+        |g, _| {
+            assert!(g.inputs[0].per_rank && !g.inputs[1].per_rank);
+            assert_eq!(g.inputs[0].text, "PerRank<u32>");
+            let w = super::plan::GroupPlan::new(g, 0);
+            let h = super::plan::GroupPlan::new(g, 1);
+            assert_eq!((w.inputs, w.own), (vec![1], vec![0]));
+            assert_eq!((h.inputs, h.own), (vec![1], vec![]));
+            assert!(matches!(g.checks[0].kind, CheckKind::RankInput));
+        },
+    );
+}
+
+#[test]
+fn a_per_rank_input_read_by_two_groups_is_reported() {
+    let errs = errors(quote! {
+        G(w: [W], h: [H], batch: PerRank<u32>) {
+            let a = w.f(batch);
+            let b = h.g(batch);
+            (a, b)
+        }
+    });
+    assert_eq!(
+        errs,
+        ["per-rank input `batch` is split over the ranks of group `w`, so group `h` cannot read it too; give `h` an input of its own"]
+    );
+}

@@ -39,11 +39,15 @@ pub(crate) fn checked_alias(graph: &Ident, k: usize) -> TokenStream {
 /// The types a graph's declaration names, as a tuple of pointers to them (well-formed
 /// whatever they are; see `checked_type`).
 pub(crate) fn privacy(def: &GraphDef) -> TokenStream {
-    let tys = def.params.iter().filter_map(|p| match &p.group {
-        Some((actor @ syn::Type::Path(_), _)) => Some(actor),
-        Some(_) => None,
-        None => Some(&p.ty),
-    });
+    let tys = def
+        .params
+        .iter()
+        .filter_map(|p| match (&p.group, &p.per_rank) {
+            (Some((actor @ syn::Type::Path(_), _)), _) => Some(actor),
+            (Some(_), _) | (None, Some(None)) => None,
+            (None, Some(Some(elem))) => Some(elem),
+            (None, None) => Some(&p.ty),
+        });
     quote!((#(*const #tys,)*))
 }
 

@@ -13,7 +13,7 @@ use std::marker::PhantomData;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use super::{Deadline, Group, LaunchOptions, Pipeline, Ticket};
+use super::{Deadline, Deal, Group, LaunchOptions, Pipeline, Ticket};
 use crate::Error;
 
 /// The actor groups of a graph as a list (see the module docs), in declaration order: what
@@ -28,6 +28,9 @@ pub trait Groups {
     fn ready(&self) -> Result<(), Error>;
     /// Breaks every group for good (see [`Group::mark_broken`]).
     fn mark_broken(&mut self, reason: &str);
+    /// An error if a group's input cannot give each of its actors theirs (see
+    /// [`Deal::check`]), checked for every group before any is submitted.
+    fn check(&self, inputs: &Self::Inputs) -> Result<(), Error>;
     /// Queues each group's input and starts its actors (see [`Group::submit`]).
     fn submit(&mut self, inputs: Self::Inputs);
     /// Collects the oldest execution in flight from every group, even after one failed, so
@@ -52,6 +55,9 @@ impl Groups for () {
         Ok(())
     }
     fn mark_broken(&mut self, _: &str) {}
+    fn check(&self, (): &()) -> Result<(), Error> {
+        Ok(())
+    }
     fn submit(&mut self, (): ()) {}
     fn collect(&mut self, _: Option<Deadline>, _: &mut Vec<Error>) -> Option<()> {
         Some(())
@@ -65,11 +71,11 @@ impl Groups for () {
 impl<A, I, O, R> Groups for (Group<A, I, O>, R)
 where
     A: 'static,
-    I: Clone + Send + 'static,
+    I: Deal,
     O: Send + 'static,
     R: Groups,
 {
-    type Inputs = (I, R::Inputs);
+    type Inputs = (I::Whole, R::Inputs);
     type Outputs = (Vec<O>, R::Outputs);
 
     fn ready(&self) -> Result<(), Error> {
@@ -80,6 +86,11 @@ where
     fn mark_broken(&mut self, reason: &str) {
         self.0.mark_broken(reason);
         self.1.mark_broken(reason);
+    }
+
+    fn check(&self, (input, rest): &Self::Inputs) -> Result<(), Error> {
+        I::check(input, self.0.name(), self.0.len())?;
+        self.1.check(rest)
     }
 
     fn submit(&mut self, (input, rest): Self::Inputs) {
@@ -136,7 +147,7 @@ impl Teardown for () {
 impl<A, I, O, R> Teardown for (Group<A, I, O>, R)
 where
     A: Send + 'static,
-    I: Clone + Send + 'static,
+    I: Deal,
     O: Send + 'static,
     R: Teardown,
 {
@@ -328,6 +339,10 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
         self.groups.ready()?;
         self.executing = true;
         let inputs = (self.split)(inputs);
+        self.executing = false;
+        // A refused input (a per-rank input of the wrong length) reaches no actor.
+        self.groups.check(&inputs)?;
+        self.executing = true;
         self.groups.submit(inputs);
         self.executing = false;
         Ok(())

@@ -15,6 +15,7 @@
 
 mod actors;
 mod ctx;
+mod deal;
 mod driver;
 pub(crate) mod edge;
 mod pipeline;
@@ -23,6 +24,7 @@ mod wake;
 
 pub use actors::Actors;
 pub use ctx::{Stage, StepCtx, SyncPoint};
+pub use deal::{Deal, Elements, PerRankValues, RankInputs};
 pub use driver::{Driven, Driver, GraphDriver, Groups, Teardown};
 pub use edge::{Edge, EdgeValue, Links, Route};
 pub use pipeline::{LaunchOptions, Pipeline, Ticket};
@@ -163,7 +165,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl<A, I, O> Group<A, I, O>
 where
     A: 'static,
-    I: Clone + Send + 'static,
+    I: Deal,
     O: Send + 'static,
 {
     /// Spawns one thread per actor, named `actorgraph-<group>-<rank>`, each owning its actor,
@@ -341,23 +343,31 @@ where
         }
     }
 
-    /// Queues `input` for every actor, behind the executions already in flight, and starts
-    /// their steps. Call [`Group::ready`] first; the caller keeps the number of executions in
-    /// flight within the `depth` given at launch.
-    pub fn submit(&mut self, input: I) {
-        let n = self.len();
-        let mut input = Some(input);
-        for (rank, slot) in self.shared.slots.iter().enumerate() {
-            let value = if rank + 1 == n {
-                input.take()
-            } else {
-                input.clone()
-            };
-            if let Some(value) = value {
-                lock(&slot.input).push_back(value);
+    /// Queues one execution's input for every actor (see [`Deal`]), behind the executions
+    /// already in flight, and starts their steps. Call [`Group::ready`] and [`Deal::check`]
+    /// first; the caller keeps the number of executions in flight within the `depth`
+    /// given at launch.
+    pub fn submit(&mut self, input: I::Whole) {
+        let slots = &self.shared.slots;
+        // Each actor starts as soon as it has its input; every actor starts, even one that
+        // got none (it then fails its step, and its peers learn it).
+        let mut started = 0;
+        let mut start_through = |rank: usize| {
+            for slot in slots.iter().take(rank + 1).skip(started) {
+                slot.go.advance();
             }
-            slot.go.advance();
-        }
+            started = started.max(rank + 1);
+        };
+        I::deal(input, slots.len(), |rank, value| {
+            lock(&slots[rank].input).push_back(value);
+            start_through(rank);
+        });
+        start_through(slots.len() - 1);
+    }
+
+    /// The name of the group.
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
     /// Whether every actor has finished its step of the oldest execution not yet collected
