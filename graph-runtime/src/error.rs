@@ -76,6 +76,20 @@ pub enum Error {
         got: usize,
     },
 
+    /// An output holds a value of one actor at its rank, zipped with the per-actor values
+    /// of another group, and that group has no such rank. `launch` checks it.
+    #[error("output value `{value}` is `Some` at rank {rank}, but the output has one entry per actor of group `{group}` ({size} actors)")]
+    OutputRank {
+        /// The value, as written in the graph.
+        value: &'static str,
+        /// The rank of the actor that holds it.
+        rank: usize,
+        /// The group whose per-actor values the output zips.
+        group: &'static str,
+        /// Its number of actors.
+        size: usize,
+    },
+
     /// A tensor's data length does not match its shape.
     #[error("tensor shape {shape:?} holds {expected} elements but {got} were given")]
     ShapeData {

@@ -110,6 +110,26 @@ pub mod __private {
         }
     }
 
+    /// Checks, at launch, that a value of one actor (`coord[0].f(..)`) in an output zipped
+    /// by the ranks of group `group` has its rank there.
+    pub fn check_output_rank(
+        value: &'static str,
+        rank: usize,
+        group: &'static str,
+        size: usize,
+    ) -> Result<(), Error> {
+        if rank < size {
+            Ok(())
+        } else {
+            Err(Error::OutputRank {
+                value,
+                rank,
+                group,
+                size,
+            })
+        }
+    }
+
     /// A value that several actors read, cloned for one of them.
     pub fn clone_value<T: EdgeValue>(value: &T) -> T {
         value.clone()

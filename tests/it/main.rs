@@ -23,5 +23,6 @@ mod rank_ctx;
 mod readme;
 mod real_graphs;
 mod reduce_ops;
+mod sizes;
 mod soundness;
 mod stress;

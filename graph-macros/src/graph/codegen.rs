@@ -97,8 +97,14 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                     quote!(#rt::Route::Fan { from: #from, skip_from: #skip_from })
                 }
                 Route::One { from, to } => quote!(#rt::Route::One { from: #from, to: #to }),
+                Route::Gather { to, keep } => quote!(#rt::Route::Gather { to: #to, keep: #keep }),
             };
-            quote!(__links.edge::<#ty>(#value, #from, #route, #to.len()))
+            // A gather has a slot per producer; every other edge one per consumer.
+            let slots = match edge.route {
+                Route::Gather { .. } => &g.groups[edge.from.group()].name,
+                _ => to,
+            };
+            quote!(__links.edge::<#ty>(#value, #from, #route, #slots.len()))
         })
         .collect();
     // The edges' table and the steps' typed handles on them; a graph without edges passes
@@ -387,7 +393,27 @@ fn split(g: &Graph, groups: &[GroupPlan]) -> TokenStream {
 /// exists.
 fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStream {
     let rt = rt::local();
-    let zipped: Vec<&GroupPlan> = groups.iter().filter(|p| !p.out_parts.is_empty()).collect();
+    // Groups that give per-actor values to the output are zipped by rank; a value of one
+    // actor of another group goes at its rank, which must exist.
+    let zipped: Vec<&GroupPlan> = groups
+        .iter()
+        .filter(|p| !p.out_parts.is_empty() && !p.only_single(g))
+        .collect();
+    let out_ranks = zipped.first().map(|z| {
+        let zn = &g.groups[z.index].name;
+        let zs = zn.to_string();
+        let checks = groups.iter().filter(|p| p.only_single(g)).flat_map(|p| {
+            p.out_parts.iter().filter_map(|&k| {
+                let v = &g.values[g.output.parts[k]];
+                let Some(Place::Actor(_, rank)) = v.place() else {
+                    return None;
+                };
+                let label = &v.label;
+                Some(quote!(#rt::check_output_rank(#label, #rank, #zs, #zn.len())?;))
+            })
+        });
+        quote!(#(#checks)*)
+    });
     let size_check = if zipped.len() > 1 {
         let checks = zipped.iter().map(|p| {
             let n = &g.groups[p.index].name;
@@ -420,6 +446,10 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
         let (Place::Group(from), to) = (e.from, e.to.group()) else {
             return None;
         };
+        // A gather takes every rank's value, whatever the sizes.
+        if let Route::Gather { .. } = e.route {
+            return None;
+        }
         let (f, t) = (&g.groups[from].name, &g.groups[to].name);
         let (fs, ts) = (f.to_string(), t.to_string());
         let value = &g.values[e.value].label;
@@ -430,6 +460,7 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
         #(#roots)*
         #(#edges)*
         #size_check
+        #out_ranks
     }
 }
 
@@ -588,6 +619,9 @@ fn assemble(g: &Graph, groups: &[GroupPlan]) -> TokenStream {
     }
     // Zip the groups' per-rank tuples and put the parts back in output order (traits
     // named in full: the user's module may have no prelude).
+    // A group that gives only values of one actor may be of another size: its entries are
+    // padded with `None` to the output's length (see `launch_checks`).
+    let rt = rt::path();
     let part_ident = |k: usize| format_ident!("__out{}", k);
     let mut iter = quote!();
     let mut parts_pat = quote!();
@@ -595,6 +629,12 @@ fn assemble(g: &Graph, groups: &[GroupPlan]) -> TokenStream {
         let r = result(p);
         let parts = p.out_parts.iter().map(|&k| part_ident(k));
         let this = quote!((#(#parts,)*));
+        let r = if p.only_single(g) {
+            let nones = p.out_parts.iter().map(|_| quote!(#rt::Option::None));
+            quote!(::core::iter::Iterator::chain(::core::iter::IntoIterator::into_iter(#r), ::core::iter::repeat_with(|| (#(#nones,)*))))
+        } else {
+            quote!(#r)
+        };
         if n == 0 {
             iter = quote!(::core::iter::IntoIterator::into_iter(#r));
             parts_pat = this;
@@ -603,6 +643,13 @@ fn assemble(g: &Graph, groups: &[GroupPlan]) -> TokenStream {
             parts_pat = quote!((#parts_pat, #this));
         }
     }
+    let lens = contributing.iter().map(|p| {
+        let r = result(p);
+        quote!(#rt::Vec::len(&#r))
+    });
     let all = (0..g.output.parts.len()).map(part_ident);
-    quote!(|#pat| ::core::iter::Iterator::collect(::core::iter::Iterator::map(#iter, |#parts_pat| (#(#all,)*))))
+    quote!(|#pat| {
+        let __len = 0 #(.max(#lens))*;
+        ::core::iter::Iterator::collect(::core::iter::Iterator::take(::core::iter::Iterator::map(#iter, |#parts_pat| (#(#all,)*)), __len))
+    })
 }

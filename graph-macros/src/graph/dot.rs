@@ -105,7 +105,11 @@ impl Dot<'_> {
                         )
                     }
                     // Tuple plumbing is not a node: its values' producers connect directly.
-                    OpKind::Tuple { .. } | OpKind::Fields { .. } => continue,
+                    // Nor is picking one rank's value or gathering them: the edges say it.
+                    OpKind::Tuple { .. }
+                    | OpKind::Fields { .. }
+                    | OpKind::Pick { .. }
+                    | OpKind::Gather { .. } => continue,
                 };
                 self.line(2, &node);
             }
@@ -121,9 +125,11 @@ impl Dot<'_> {
                 _ => continue,
             };
             for &v in reads {
+                let gathered = g.values[v].made_by().and_then(|o| sched.gathers.get(&o));
                 let cross = sched
                     .landing
                     .get(&(v, op.place))
+                    .or(gathered)
                     .map(|&e| sched.edges[e].route);
                 self.edges_from(v, &format!("op{i}"), cross);
             }
@@ -143,7 +149,9 @@ impl Dot<'_> {
         };
         match &g.ops[i].kind {
             OpKind::Tuple { parts } => parts.iter().for_each(|&p| self.producers(p, into)),
-            OpKind::Fields { src, .. } => self.producers(*src, into),
+            OpKind::Fields { src, .. } | OpKind::Pick { src } | OpKind::Gather { src, .. } => {
+                self.producers(*src, into)
+            }
             _ => into.push(format!("op{i}")),
         }
     }
@@ -164,6 +172,7 @@ impl Dot<'_> {
                         format!("rank {from} → {to}")
                     }
                     Route::One { from, to } => format!("rank {from} → {to}"),
+                    Route::Gather { to, .. } => format!("gather: every rank → {to}"),
                 };
                 (
                     format!("{value} ({ranks})"),

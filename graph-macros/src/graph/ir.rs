@@ -183,6 +183,12 @@ pub(crate) enum OpKind {
     },
     /// `outs[0] = (parts..)`
     Tuple { parts: Vec<ValueId> },
+    /// `outs[0] = src[k]`: one rank's value of a per-actor value (`losses[k]`), at
+    /// `Place::Actor(group, k)`.
+    Pick { src: ValueId },
+    /// `outs[0] = gather(src)`: every rank's value of per-actor value `src`, in rank
+    /// order (a `Vec`), on the one actor where the op runs: the call that reads it.
+    Gather { src: ValueId, span: Span },
     /// `outs = src.0, src.1, ..` (destructuring), `src`'s type checked by `check`, unless
     /// it is a tuple the graph built.
     Fields { src: ValueId, check: Option<usize> },

@@ -8,7 +8,10 @@
 //! by construction: there is no syntax that could make one. The schedule relies on it.
 
 mod collective;
+mod gather;
 mod per_rank;
+
+use gather::is_gather;
 
 use std::collections::HashMap;
 
@@ -478,6 +481,11 @@ impl Lowerer<'_> {
             syn::Expr::Path(p) => self.name(p).map(Lowered::One),
             syn::Expr::Paren(p) => self.expr(&p.expr),
             syn::Expr::MethodCall(m) => self.call(m).map(Lowered::One),
+            syn::Expr::Index(ix) => self.pick(ix).map(Lowered::One),
+            syn::Expr::Call(c) if is_gather(c) => {
+                self.gather_misplaced(c);
+                None
+            }
             syn::Expr::Call(c) => self.collective(c),
             syn::Expr::Tuple(t) => {
                 let mut parts = Vec::new();
@@ -559,7 +567,14 @@ impl Lowerer<'_> {
         let place = self.receiver(&m.receiver, &m.method);
         // Arguments may live anywhere: a value of other actors comes over an edge (see the
         // schedule); rustc checks its type against the method's parameter.
-        let args: Vec<Option<ValueId>> = m.args.iter().map(|a| self.one(a)).collect();
+        let args: Vec<Option<ValueId>> = m
+            .args
+            .iter()
+            .map(|a| match a {
+                syn::Expr::Call(c) if is_gather(c) => self.gather(c, place),
+                a => self.one(a),
+            })
+            .collect();
         let place = place?;
         let arg_ids: Vec<ValueId> = args.into_iter().collect::<Option<_>>()?;
         let method = &m.method;
@@ -612,32 +627,7 @@ impl Lowerer<'_> {
                         return None;
                     }
                 };
-                let Some(index) = int_literal(&ix.index) else {
-                    let g = &self.groups[group].name;
-                    self.diag.error_at(
-                        &ix.index,
-                        format!(
-                            "an actor index is a rank, written as an integer literal such as `{g}[0]`, not `{}`",
-                            tidy(&ix.index)
-                        ),
-                    );
-                    return None;
-                };
-                let span = ix.index.span();
-                let decl = &mut self.groups[group];
-                if let Some((_, Some(size))) = &decl.size {
-                    if index >= *size {
-                        let msg = format!(
-                            "actor index {index} is out of range: group `{}` has {size} actors (ranks 0..{size})",
-                            decl.name
-                        );
-                        self.diag.error(span, msg);
-                        return None;
-                    }
-                }
-                if !decl.indices.iter().any(|&(k, _)| k == index) {
-                    decl.indices.push((index, span));
-                }
+                let index = self.rank_index(group, &ix.index)?;
                 Some(Place::Actor(group, index))
             }
             other => {
@@ -648,6 +638,40 @@ impl Lowerer<'_> {
                 None
             }
         }
+    }
+}
+
+impl Lowerer<'_> {
+    /// A rank of `group` written as an index (`group[k]`, `value[k]`): an integer
+    /// literal, in range of a group of known size; recorded for the launch-time check.
+    fn rank_index(&mut self, group: usize, index: &syn::Expr) -> Option<usize> {
+        let Some(k) = int_literal(index) else {
+            let g = &self.groups[group].name;
+            self.diag.error_at(
+                index,
+                format!(
+                    "an actor index is a rank, written as an integer literal such as `{g}[0]`, not `{}`",
+                    tidy(index)
+                ),
+            );
+            return None;
+        };
+        let span = index.span();
+        let decl = &mut self.groups[group];
+        if let Some((_, Some(size))) = &decl.size {
+            if k >= *size {
+                let msg = format!(
+                    "actor index {k} is out of range: group `{}` has {size} actors (ranks 0..{size})",
+                    decl.name
+                );
+                self.diag.error(span, msg);
+                return None;
+            }
+        }
+        if !decl.indices.iter().any(|&(i, _)| i == k) {
+            decl.indices.push((k, span));
+        }
+        Some(k)
     }
 }
 

@@ -63,6 +63,14 @@ impl GroupPlan {
 }
 
 impl GroupPlan {
+    /// Whether every output part this group gives is a value of one actor (so its size
+    /// need not match the output's, see codegen's `assemble`).
+    pub(crate) fn only_single(&self, g: &Graph) -> bool {
+        self.out_parts
+            .iter()
+            .all(|&k| matches!(g.values[g.output.parts[k]].place(), Some(Place::Actor(..))))
+    }
+
     /// The type of one actor's input: the tuple of the inputs every actor gets, or, with
     /// per-rank inputs, `RankInputs` of that tuple and of the list of its own values.
     pub(crate) fn input_type(&self, g: &Graph) -> TokenStream {

@@ -46,6 +46,9 @@ pub(crate) enum Route {
     Fan { from: usize, skip_from: bool },
     /// Rank `from` feeds rank `to`.
     One { from: usize, to: usize },
+    /// Every rank feeds rank `to` (`gather`); `keep` when that is its own group (rank `to`
+    /// has its own value already).
+    Gather { to: usize, keep: bool },
 }
 
 /// One item of the global order.
@@ -62,6 +65,8 @@ pub(crate) struct Schedule {
     pub(crate) items: Vec<Item>,
     /// The edge that brings a value to a place, by (value, reading place).
     pub(crate) landing: HashMap<(ValueId, Place), usize>,
+    /// The gather edge of each `gather` op, by op.
+    pub(crate) gathers: HashMap<usize, usize>,
 }
 
 /// The route a value living at `from` takes to an op running at `to`; `None` when the
@@ -86,7 +91,25 @@ pub(crate) fn schedule(g: &Graph) -> Schedule {
     let mut landing = HashMap::new();
     // The op before which each edge is received.
     let mut first_use: Vec<usize> = Vec::new();
+    let mut gathers = HashMap::new();
     for (i, op) in g.ops.iter().enumerate() {
+        if let (OpKind::Gather { src, span }, Place::Actor(to, j)) = (&op.kind, op.place) {
+            // Its own edge, even for a value that also travels otherwise to this actor.
+            let from = Place::Group(g.values[*src].place().map_or(to, Place::group));
+            edges.push(Edge {
+                value: *src,
+                from,
+                to: op.place,
+                route: Route::Gather {
+                    to: j,
+                    keep: from.group() == to,
+                },
+                span: *span,
+            });
+            first_use.push(i);
+            gathers.insert(i, edges.len() - 1);
+            continue;
+        }
         let OpKind::Call {
             args, arg_spans, ..
         } = &op.kind
@@ -131,6 +154,7 @@ pub(crate) fn schedule(g: &Graph) -> Schedule {
         edges,
         items,
         landing,
+        gathers,
     }
 }
 

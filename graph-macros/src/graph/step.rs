@@ -121,7 +121,11 @@ impl Gen<'_> {
                         OpKind::Call { args, .. } => args.clone(),
                         OpKind::Collective { args, .. } => args.clone(),
                         OpKind::Tuple { parts } => parts.clone(),
-                        OpKind::Fields { src, .. } => vec![*src],
+                        OpKind::Fields { src, .. } | OpKind::Pick { src } => vec![*src],
+                        OpKind::Gather { .. } => {
+                            self.note(Local::Landed(self.sched.gathers[&i]));
+                            vec![]
+                        }
                     };
                     for v in reads {
                         if let Some(l) = self.arg_local(v, op.place) {
@@ -134,7 +138,8 @@ impl Gen<'_> {
                     let edge = &self.sched.edges[e];
                     if let Route::Fan {
                         skip_from: true, ..
-                    } = edge.route
+                    }
+                    | Route::Gather { keep: true, .. } = edge.route
                     {
                         self.note(Local::Value(edge.value));
                     }
@@ -341,6 +346,25 @@ impl Gen<'_> {
                     },
                 }
             }
+            // Rank k's value, taken on rank k (moved at its last use).
+            OpKind::Pick { src } => {
+                let k = on_rank.unwrap_or_default();
+                let src = self.own(Local::Value(*src), Span::call_site());
+                let out = outs[0];
+                quote! {
+                    let #out = if __ctx.rank() == #k {
+                        #rt::Option::Some(#src)
+                    } else {
+                        #rt::Option::None
+                    };
+                }
+            }
+            // The values came over the gather edge, right before: they are the value.
+            OpKind::Gather { .. } => {
+                let landed = self.own(Local::Landed(self.sched.gathers[&i]), Span::call_site());
+                let out = outs[0];
+                quote!(let #out = #landed;)
+            }
             OpKind::Fields { src, check } => {
                 let src = self.own(Local::Value(*src), Span::call_site());
                 // A checked value is named by its checked type, which is an error (and
@@ -400,17 +424,17 @@ impl Gen<'_> {
         };
         // Every actor of the group sends on a zip edge; on the others, only the one that
         // holds the value (a single-actor value, or the rank a single actor reads).
-        let sender = match edge.route {
-            Route::Zip => None,
-            Route::Fan { from, .. } | Route::One { from, .. } => Some(from),
-        };
         let code = quote! {
             let __sent = #value;
             __ctx.#send(#at, &*__links.#idx, __sent #clone_fn)?;
         };
-        match sender {
-            None => quote!({ #code }),
-            Some(k) => quote!(if __ctx.rank() == #k { #code }),
+        match edge.route {
+            Route::Zip | Route::Gather { keep: false, .. } => quote!({ #code }),
+            Route::Fan { from: k, .. } | Route::One { from: k, .. } => {
+                quote!(if __ctx.rank() == #k { #code })
+            }
+            // The consumer keeps its own value (see `recv`).
+            Route::Gather { to, keep: true } => quote!(if __ctx.rank() != #to { #code }),
         }
     }
 
@@ -437,6 +461,21 @@ impl Gen<'_> {
                         #own
                     } else {
                         #recv
+                    };
+                }
+            }
+            (Route::Gather { to, keep }, _) => {
+                let own = if keep {
+                    let own = self.own(Local::Value(edge.value), edge.span);
+                    quote!(#rt::Option::Some(#own))
+                } else {
+                    quote!(#rt::Option::None)
+                };
+                quote! {
+                    let #landed = if __ctx.rank() == #to {
+                        #rt::Option::Some(__ctx.recv_gather::<#ty>(#at, &*__links.#idx, #own)?)
+                    } else {
+                        #rt::Option::None
                     };
                 }
             }

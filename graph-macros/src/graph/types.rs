@@ -107,3 +107,9 @@ pub(crate) fn tuple(tys: impl IntoIterator<Item = TokenStream>) -> TokenStream {
     let tys = tys.into_iter();
     quote!((#(#tys,)*))
 }
+
+/// What a gather edge hands its consumer: a `Vec` of `ty`, in rank order.
+pub(crate) fn vec_of(ty: &TokenStream) -> TokenStream {
+    let rt = rt::path();
+    quote!(#rt::Vec<#ty>)
+}

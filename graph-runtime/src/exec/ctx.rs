@@ -169,7 +169,12 @@ impl<C: Communicator> StepCtx<C> {
         self.activity().store(ON_EDGE, Relaxed);
         let got = edge.recv(self.rank, self.round);
         self.activity().store(IN_CODE, Relaxed);
-        got.map_err(|e| match e {
+        got.map_err(|e| self.recv_error(edge, e))
+    }
+
+    #[cold]
+    fn recv_error<T>(&self, edge: &Edge<T>, e: RecvError) -> Error {
+        match e {
             RecvError::Failed { from_rank } => Error::Upstream {
                 group: self.group,
                 rank: self.rank,
@@ -178,7 +183,25 @@ impl<C: Communicator> StepCtx<C> {
                 from_rank,
             },
             RecvError::Aborted => self.stopped(edge),
-        })
+        }
+    }
+
+    /// Receives every producer's value of this round from a gather `edge` (schedule
+    /// position `at`), in rank order; `own` is this rank's own value when it is one of
+    /// the producers. If a producer failed, this rank fails with [`Error::Upstream`]
+    /// naming the lowest failed producer.
+    #[inline]
+    pub fn recv_gather<T: Send + 'static>(
+        &mut self,
+        at: usize,
+        edge: &Edge<T>,
+        own: Option<T>,
+    ) -> Result<Vec<T>, Error> {
+        self.mark(at);
+        self.activity().store(ON_EDGE, Relaxed);
+        let got = edge.recv_gather(self.rank, self.round, own);
+        self.activity().store(IN_CODE, Relaxed);
+        got.map_err(|e| self.recv_error(edge, e))
     }
 
     #[cold]

@@ -58,13 +58,22 @@ pub enum Route {
         /// The consuming rank.
         to: usize,
     },
+    /// Every producing rank feeds consumer `to`, which gets the values in rank order (a
+    /// gather: one slot per producer). With `keep` (producer and consumer are one group),
+    /// rank `to` keeps its own value and gets no message.
+    Gather {
+        /// The consuming rank.
+        to: usize,
+        /// Whether the consumer is producing rank `to` itself.
+        keep: bool,
+    },
 }
 
 impl Route {
     /// The number of slots for a consuming group of `consumers` actors.
     fn slots(self, consumers: usize) -> usize {
         match self {
-            Route::Zip | Route::Fan { .. } => consumers,
+            Route::Zip | Route::Fan { .. } | Route::Gather { .. } => consumers,
             Route::One { .. } => 1,
         }
     }
@@ -75,6 +84,7 @@ impl Route {
             Route::Zip if rank < n => rank..rank + 1,
             Route::Fan { from, .. } if from == rank => 0..n,
             Route::One { from, .. } if from == rank => 0..1,
+            Route::Gather { .. } if rank < n => rank..rank + 1,
             _ => 0..0,
         };
         let skip = match self {
@@ -82,6 +92,7 @@ impl Route {
                 from,
                 skip_from: true,
             } => Some(from),
+            Route::Gather { to, keep: true } => Some(to),
             _ => None,
         };
         range.filter(move |&s| Some(s) != skip)
@@ -99,10 +110,19 @@ impl Route {
         }
     }
 
+    /// The slots consumer `rank` gathers from, in rank order ([`Route::Gather`] only),
+    /// with the slot it keeps its own value for instead.
+    fn gathered(self, rank: usize, n: usize) -> Option<(std::ops::Range<usize>, Option<usize>)> {
+        match self {
+            Route::Gather { to, keep } if to == rank => Some((0..n, keep.then_some(to))),
+            _ => None,
+        }
+    }
+
     /// The producing rank of slot `slot`.
     fn producer(self, slot: usize) -> usize {
         match self {
-            Route::Zip => slot,
+            Route::Zip | Route::Gather { .. } => slot,
             Route::Fan { from, .. } | Route::One { from, .. } => from,
         }
     }
@@ -292,6 +312,46 @@ impl<T: Send + 'static> Edge<T> {
     }
 }
 
+impl<T: Send + 'static> Edge<T> {
+    /// Receives every producer's value of this round, in rank order, as consumer `rank` of
+    /// a [`Route::Gather`]; `own` is its own value when it is one of the producers. Every
+    /// slot is emptied even when one producer failed (the lowest failed rank is reported),
+    /// so the next round finds them empty.
+    pub(crate) fn recv_gather(
+        &self,
+        rank: usize,
+        round: u64,
+        mut own: Option<T>,
+    ) -> Result<Vec<T>, RecvError> {
+        let Some((slots, kept)) = self.route.gathered(rank, self.slots.len()) else {
+            // Generated code never asks a rank that gathers nothing.
+            return Err(RecvError::Aborted);
+        };
+        let mut values = Vec::with_capacity(slots.len());
+        let mut failed = None;
+        for slot in slots {
+            let got = if Some(slot) == kept {
+                own.take().ok_or(TakeError::Skipped)
+            } else {
+                self.slots[slot]
+                    .take(round)
+                    .and_then(|v| v.ok_or(TakeError::Skipped))
+            };
+            match got {
+                Ok(v) => values.push(v),
+                Err(TakeError::Aborted) => return Err(RecvError::Aborted),
+                Err(TakeError::Skipped) => {
+                    failed.get_or_insert(RecvError::Failed { from_rank: slot });
+                }
+            }
+        }
+        match failed {
+            None => Ok(values),
+            Some(e) => Err(e),
+        }
+    }
+}
+
 /// What a failed rank does with the edges it has not reached yet, without their types.
 pub(crate) trait EdgeCtl: Send + Sync {
     /// Puts a failure marker in every slot producer `rank` fills.
@@ -311,6 +371,12 @@ impl<T: Send + 'static> EdgeCtl for Edge<T> {
     }
 
     fn drain_to(&self, rank: usize, round: u64) {
+        if let Some((slots, kept)) = self.route.gathered(rank, self.slots.len()) {
+            for slot in slots.filter(|&s| Some(s) != kept) {
+                let _ = self.slots[slot].take(round);
+            }
+            return;
+        }
         if let Some(slot) = self.route.incoming(rank, self.slots.len()) {
             // Whatever arrives (value, marker, abort) is dropped.
             let _ = self.slots[slot].take(round);
@@ -336,7 +402,8 @@ impl Links {
     }
 
     /// Creates the edge with index `self.len()` for value `value` of group `from_group`,
-    /// along `route`, to a consuming group of `consumers` actors.
+    /// along `route`, to a consuming group of `consumers` actors (for a
+    /// [`Route::Gather`], the number of producers: one slot each).
     pub fn edge<T: Send + 'static>(
         &mut self,
         value: &'static str,
@@ -399,6 +466,49 @@ mod tests {
         // The slot is empty again: the next round works.
         e.send(0, 2, 7).unwrap();
         assert_eq!(e.recv(1, 2), Ok(7));
+    }
+
+    #[test]
+    fn a_gather_collects_every_producer_in_rank_order_and_empties_after_a_failure() {
+        let mut links = Links::new();
+        // Three producers of another group feed consumer rank 0.
+        let e = links.edge::<String>("l", "w", Route::Gather { to: 0, keep: false }, 3);
+        for rank in 0..3 {
+            e.send(rank, 1, format!("r{rank}")).unwrap();
+        }
+        assert_eq!(e.recv_gather(0, 1, None).unwrap(), ["r0", "r1", "r2"]);
+        // Rank 1 fails: the consumer still takes every message, and names rank 1.
+        e.send(0, 2, "a".into()).unwrap();
+        links.get(0).unwrap().fail_from(1, 2);
+        e.send(2, 2, "c".into()).unwrap();
+        assert_eq!(
+            e.recv_gather(0, 2, None),
+            Err(RecvError::Failed { from_rank: 1 })
+        );
+        for rank in 0..3 {
+            e.send(rank, 3, format!("{rank}")).unwrap();
+        }
+        assert_eq!(e.recv_gather(0, 3, None).unwrap(), ["0", "1", "2"]);
+        // A rank that gathers nothing gets no value.
+        assert_eq!(e.recv_gather(1, 3, None), Err(RecvError::Aborted));
+    }
+
+    #[test]
+    fn a_gather_within_a_group_keeps_the_consumers_own_value() {
+        let mut links = Links::new();
+        let e = links.edge::<u8>("l", "w", Route::Gather { to: 1, keep: true }, 3);
+        // Rank 1 sends nothing: it is the consumer.
+        for rank in [0, 1, 2] {
+            e.send(rank, 1, 10 + rank as u8).unwrap();
+        }
+        assert_eq!(e.recv_gather(1, 1, Some(99)).unwrap(), [10, 99, 12]);
+        // A failed consumer drains the others' messages; the next round works.
+        e.send(0, 2, 0).unwrap();
+        e.send(2, 2, 2).unwrap();
+        links.get(0).unwrap().drain_to(1, 2);
+        e.send(0, 3, 3).unwrap();
+        e.send(2, 3, 5).unwrap();
+        assert_eq!(e.recv_gather(1, 3, Some(4)).unwrap(), [3, 4, 5]);
     }
 
     #[test]

@@ -1,0 +1,191 @@
+//! Groups of different sizes talking to each other: one rank's value (`losses[k]`) read by
+//! any group, every rank's value gathered on one actor (`gather(losses)`), and outputs that
+//! mix a group's per-actor values with a value of one actor of another group. Across
+//! several executions, and with a failing producer.
+
+use actorgraph::prelude::*;
+
+struct Worker;
+
+#[derive(Default)]
+struct Coord {
+    means: Vec<f32>,
+}
+
+struct Head;
+
+#[actor]
+impl Worker {
+    /// Rank `fail` fails (none when `fail` is negative).
+    fn loss(&mut self, step: &f32, fail: &i64) -> Result<f32, String> {
+        let rank = Ctx::current().unwrap().rank();
+        if *fail == rank as i64 {
+            return Err(format!("bad batch on rank {rank}"));
+        }
+        Ok(*step + rank as f32)
+    }
+    fn apply(&mut self, lr: &f32, loss: &f32) -> f32 {
+        loss * lr
+    }
+    fn total(&mut self, all: &[f32]) -> f32 {
+        all.iter().sum()
+    }
+}
+
+#[actor]
+impl Coord {
+    fn record(&mut self, losses: &[f32]) -> f32 {
+        let mean = losses.iter().sum::<f32>() / losses.len() as f32;
+        self.means.push(mean);
+        mean
+    }
+    fn lr(&mut self, mean: &f32) -> f32 {
+        1.0 / (1.0 + mean)
+    }
+    fn ranks(&mut self, losses: Vec<f32>) -> usize {
+        losses.len()
+    }
+}
+
+#[actor]
+impl Head {
+    fn see(&mut self, first: &f32) -> (f32, usize) {
+        (*first, Ctx::current().unwrap().rank())
+    }
+}
+
+graph! {
+    /// A parameter-server step: N workers, one coordinator, M heads.
+    Server(workers: [Worker], coord: [Coord; 1], heads: [Head], step: f32, fail: i64) {
+        let losses = workers.loss(step, fail);
+        let mean = coord[0].record(gather(losses));   // N -> 1, in rank order
+        let lr = coord[0].lr(mean);                    // 1 -> N
+        let update = workers.apply(lr, losses);
+        let seen = heads.see(losses[1]);               // N -> M through rank 1's value
+        let total = workers[0].total(gather(losses));  // within the group: rank 0 keeps its own
+        (update, mean, total)
+    }
+
+    /// One rank's value as the output, and a gather by value (a clone of the `Vec`).
+    Picks(workers: [Worker], coord: [Coord], step: f32, fail: i64) {
+        let losses = workers.loss(step, fail);
+        let n = coord[0].ranks(gather(losses));
+        (losses[2], n)
+    }
+}
+
+graph! {
+    Heads(workers: [Worker], heads: [Head], step: f32, fail: i64) {
+        let losses = workers.loss(step, fail);
+        heads.see(losses[1])
+    }
+}
+
+#[test]
+fn gather_fan_out_and_one_ranks_value_across_groups_of_different_sizes() {
+    let mut g = Server::launch(
+        (0..4).map(|_| Worker).collect(),
+        [Coord::default()],
+        (0..3).map(|_| Head).collect(),
+        Cpu,
+    )
+    .unwrap();
+    for step in 0..3 {
+        let s = step as f32;
+        let out: Vec<(f32, Option<f32>, Option<f32>)> = g.execute(s, -1).unwrap();
+        // losses = s + rank; mean = s + 1.5
+        let mean = s + 1.5;
+        let lr = 1.0 / (1.0 + mean);
+        assert_eq!(out.len(), 4);
+        for (rank, (update, m, total)) in out.iter().enumerate() {
+            assert_eq!(*update, (s + rank as f32) * lr);
+            assert_eq!(*m, (rank == 0).then_some(mean));
+            assert_eq!(*total, (rank == 0).then_some(4.0 * s + 6.0));
+        }
+    }
+    let (_, coord, _) = g.teardown().unwrap();
+    assert_eq!(coord[0].means, vec![1.5, 2.5, 3.5]);
+}
+
+#[test]
+fn one_ranks_value_reaches_every_actor_of_a_larger_group() {
+    let mut g = Heads::launch(vec![Worker, Worker], (0..5).map(|_| Head).collect(), Cpu).unwrap();
+    for step in 0..3 {
+        let out = g.execute(step as f32, -1).unwrap();
+        let want: Vec<(f32, usize)> = (0..5).map(|r| (step as f32 + 1.0, r)).collect();
+        assert_eq!(out, want);
+    }
+    // A failing producer: the heads report the producer's error; the next execute works.
+    match g.execute(0.0, 1) {
+        Err(Error::Method {
+            group: "workers",
+            rank: 1,
+            ..
+        }) => {}
+        other => panic!("expected the worker's error, got {other:?}"),
+    }
+    assert_eq!(g.execute(1.0, -1).unwrap()[4], (2.0, 4));
+    g.teardown().unwrap();
+}
+
+#[test]
+fn a_failing_producer_of_a_gather_is_reported_and_the_next_execution_works() {
+    let mut g = Server::launch(
+        (0..3).map(|_| Worker).collect(),
+        [Coord::default()],
+        vec![Head],
+        Cpu,
+    )
+    .unwrap();
+    for round in 0..3 {
+        for fail in [2, 0] {
+            match g.execute(0.0, fail) {
+                Err(Error::Method {
+                    group: "workers",
+                    rank,
+                    method: "loss",
+                    ..
+                }) => assert_eq!(rank as i64, fail),
+                other => panic!("round {round}: expected the worker's error, got {other:?}"),
+            }
+        }
+        let out = g.execute(1.0, -1).unwrap();
+        assert_eq!(out[0].1, Some(2.0));
+    }
+    let (_, coord, _) = g.teardown().unwrap();
+    // Only the executions without a failure reached the coordinator's method.
+    assert_eq!(coord[0].means, vec![2.0, 2.0, 2.0]);
+}
+
+#[test]
+fn an_output_mixes_a_groups_values_with_one_actor_of_a_smaller_or_larger_group() {
+    // The output has one entry per rank of the larger group here: `losses[2]` is at rank 2
+    // and the coordinator's value at rank 0.
+    let coords = (0..7).map(|_| Coord::default()).collect();
+    let mut g = Picks::launch((0..3).map(|_| Worker).collect(), coords, Cpu).unwrap();
+    for step in 0..2 {
+        let out = g.execute(step as f32, -1).unwrap();
+        assert_eq!(
+            out,
+            vec![
+                (None, Some(3)),
+                (None, None),
+                (Some(step as f32 + 2.0), None),
+                (None, None),
+                (None, None),
+                (None, None),
+                (None, None)
+            ]
+        );
+    }
+    g.teardown().unwrap();
+    // `losses[2]` needs a rank 2 among the workers.
+    assert!(matches!(
+        Picks::launch(vec![Worker, Worker], vec![Coord::default()], Cpu),
+        Err(Error::IndexOutOfRange {
+            group: "workers",
+            index: 2,
+            size: 2
+        })
+    ));
+}
