@@ -189,3 +189,29 @@ fn an_output_mixes_a_groups_values_with_one_actor_of_a_smaller_or_larger_group()
         })
     ));
 }
+
+graph! {
+    Late(workers: [Worker], coord: [Coord], step: f32, fail: i64) {
+        let losses = workers.loss(step, fail);
+        let n = coord[3].ranks(gather(losses));
+        (losses, n)
+    }
+}
+
+#[test]
+fn a_value_of_one_actor_outside_the_zipped_ranks_is_a_launch_error() {
+    let coords = || (0..4).map(|_| Coord::default()).collect::<Vec<_>>();
+    match Late::launch(vec![Worker, Worker], coords(), Cpu) {
+        Err(e @ Error::OutputRank { .. }) => assert_eq!(
+            e.to_string(),
+            "output value `n` is `Some` at rank 3, but the output has one entry per actor of group `workers` (2 actors)"
+        ),
+        other => panic!("expected OutputRank, got {:?}", other.map(|_| ())),
+    }
+    let mut g = Late::launch((0..4).map(|_| Worker).collect(), coords(), Cpu).unwrap();
+    let out = g.execute(0.0, -1).unwrap();
+    assert_eq!(out[3], (3.0, Some(4)));
+    assert_eq!(out[0], (0.0, None));
+    assert!(Late::to_dot().contains("gather: every rank → 3"));
+    g.teardown().unwrap();
+}

@@ -649,7 +649,8 @@ fn assemble(g: &Graph, groups: &[GroupPlan]) -> TokenStream {
     });
     let all = (0..g.output.parts.len()).map(part_ident);
     quote!(|#pat| {
-        let __len = 0 #(.max(#lens))*;
+        let __len: ::core::primitive::usize = 0;
+        #(let __len = ::core::cmp::max(__len, #lens);)*
         ::core::iter::Iterator::collect(::core::iter::Iterator::take(::core::iter::Iterator::map(#iter, |#parts_pat| (#(#all,)*)), __len))
     })
 }
