@@ -90,6 +90,22 @@ pub enum Error {
         size: usize,
     },
 
+    /// A `scatter(v)` in the graph got a `Vec` without one value per actor of the group it
+    /// is split over. The producing actor fails; its consumers skip this execution.
+    #[error("`{value}` on rank {rank} of group `{group}` got {got} values for {expected} actors (one value per rank)")]
+    ScatterLength {
+        /// The scatter, as written in the graph (`scatter(shards)`).
+        value: &'static str,
+        /// The group that produced it.
+        group: &'static str,
+        /// The rank that produced it.
+        rank: usize,
+        /// The number of actors it is split over.
+        expected: usize,
+        /// The number of values it held.
+        got: usize,
+    },
+
     /// A tensor's data length does not match its shape.
     #[error("tensor shape {shape:?} holds {expected} elements but {got} were given")]
     ShapeData {

@@ -32,9 +32,9 @@ pub use half;
 // that rustc writes them `actorgraph::MethodCall` rather than through `__private`.
 #[doc(hidden)]
 pub use __private::{
-    clone_value, destructures, gatherable, input, method_index, rank_input, sendable, Actor,
-    Checked, EdgeValue, Fallible, Fields, FusedStage, Input, Method, MethodCall, MethodId,
-    RankInput, Sendable, Signature, Stage, StepCtx, TupleField, Valid,
+    clone_value, destructures, gatherable, input, method_index, rank_input, sendable, splittable,
+    Actor, Checked, EdgeValue, Fallible, Fields, FusedStage, Input, Method, MethodCall, MethodId,
+    RankInput, Sendable, Signature, Split, Stage, StepCtx, TupleField, Valid,
 };
 
 /// Items the generated code uses. Not a public API: it changes without notice.
@@ -47,9 +47,9 @@ pub mod __private {
         Links, PerRankValues, RankInputs, Route, Stage, StepCtx, StepFn, SyncPoint, Ticket,
     };
     pub use crate::method::{
-        checked, destructures, gatherable, input, method_index, rank_input, sendable, Actor,
-        Checked, Fallible, Fields, Input, Method, MethodCall, MethodId, MethodInfo, RankInput,
-        Sendable, Signature, Valid,
+        checked, destructures, gatherable, input, method_index, rank_input, sendable, splittable,
+        Actor, Checked, Fallible, Fields, Input, Method, MethodCall, MethodId, MethodInfo,
+        RankInput, Sendable, Signature, Split, Valid,
     };
     pub use crate::{BoxError, Bucketable, Error, Gather};
     pub use std::convert::From;

@@ -244,6 +244,31 @@ pub const fn rank_input<T: RankInput>() -> bool {
     true
 }
 
+/// What `scatter(v)` splits over a group: a `Vec` with one value per rank, the k-th
+/// moved to rank k.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be split over a group: `scatter` takes a `Vec` with one value per rank",
+    label = "rank k of the group gets the k-th value of this `Vec`"
+)]
+pub trait Split {
+    /// What each rank gets.
+    type Item;
+    /// The values, by rank.
+    fn into_values(self) -> Vec<Self::Item>;
+}
+
+impl<T> Split for Vec<T> {
+    type Item = T;
+    fn into_values(self) -> Vec<T> {
+        self
+    }
+}
+
+/// The check of a value `scatter` splits (see [`Checked`]).
+pub const fn splittable<T: Split>() -> bool {
+    true
+}
+
 /// The check of a value an `allgather` takes (see [`Checked`]).
 pub const fn gatherable<T: Gather>() -> bool {
     true

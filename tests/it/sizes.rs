@@ -215,3 +215,61 @@ fn a_value_of_one_actor_outside_the_zipped_ranks_is_a_launch_error() {
     assert!(Late::to_dot().contains("gather: every rank → 3"));
     g.teardown().unwrap();
 }
+
+struct Loader;
+
+#[actor]
+impl Loader {
+    /// One shard per worker; `bad` gives one value too few.
+    fn shards(&mut self, n: &usize, bad: &bool) -> Vec<Vec<u32>> {
+        let n = if *bad { n - 1 } else { *n };
+        (0..n as u32).map(|k| vec![k; 2]).collect()
+    }
+}
+
+struct Shard;
+
+#[actor]
+impl Shard {
+    fn sum(&mut self, shard: &Vec<u32>) -> (u32, usize) {
+        (shard.iter().sum(), shard.as_ptr() as usize)
+    }
+    fn own_shards(&mut self, n: &usize) -> Vec<u32> {
+        (0..*n as u32).map(|k| 10 * k).collect()
+    }
+    fn get(&mut self, v: &u32) -> u32 {
+        *v
+    }
+}
+
+graph! {
+    Split(loader: [Loader; 1], workers: [Shard], n: usize, bad: bool) {
+        let shards = loader[0].shards(n, bad);
+        let sums = workers.sum(scatter(shards));     // 1 -> N, the k-th to rank k
+        let mine = workers[1].own_shards(n);
+        let got = workers.get(scatter(mine));       // within a group: rank 1 keeps its own
+        (sums, got)
+    }
+}
+
+#[test]
+fn a_scatter_gives_rank_k_the_kth_value_and_refuses_another_length() {
+    let mut g = Split::launch([Loader], (0..3).map(|_| Shard).collect(), Cpu).unwrap();
+    for _ in 0..3 {
+        let out = g.execute(3, false).unwrap();
+        let sums: Vec<(u32, u32)> = out.iter().map(|((s, _), got)| (*s, *got)).collect();
+        assert_eq!(sums, vec![(0, 0), (2, 10), (4, 20)]);
+    }
+    // Too few shards: the loader's typed error, and the next execution works.
+    for _ in 0..2 {
+        match g.execute(3, true) {
+            Err(e @ Error::ScatterLength { .. }) => assert_eq!(
+                e.to_string(),
+                "`scatter(shards)` on rank 0 of group `loader` got 2 values for 3 actors (one value per rank)"
+            ),
+            other => panic!("expected ScatterLength, got {other:?}"),
+        }
+        assert_eq!(g.execute(3, false).unwrap()[2].0 .0, 4);
+    }
+    g.teardown().unwrap();
+}

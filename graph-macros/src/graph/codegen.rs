@@ -98,6 +98,9 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 }
                 Route::One { from, to } => quote!(#rt::Route::One { from: #from, to: #to }),
                 Route::Gather { to, keep } => quote!(#rt::Route::Gather { to: #to, keep: #keep }),
+                Route::Scatter { from, keep } => {
+                    quote!(#rt::Route::Scatter { from: #from, keep: #keep })
+                }
             };
             // A gather has a slot per producer; every other edge one per consumer.
             let slots = match edge.route {
@@ -582,6 +585,7 @@ fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
                     CheckKind::Send => quote!(#rt::sendable),
                     CheckKind::Input => quote!(#rt::input),
                     CheckKind::RankInput => quote!(#rt::rank_input),
+                    CheckKind::Split => quote!(#rt::splittable),
                     CheckKind::Fields(_) => quote!(#rt::destructures),
                 },
                 at,

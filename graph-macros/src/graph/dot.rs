@@ -109,7 +109,8 @@ impl Dot<'_> {
                     OpKind::Tuple { .. }
                     | OpKind::Fields { .. }
                     | OpKind::Pick { .. }
-                    | OpKind::Gather { .. } => continue,
+                    | OpKind::Gather { .. }
+                    | OpKind::Scatter { .. } => continue,
                 };
                 self.line(2, &node);
             }
@@ -125,7 +126,7 @@ impl Dot<'_> {
                 _ => continue,
             };
             for &v in reads {
-                let gathered = g.values[v].made_by().and_then(|o| sched.gathers.get(&o));
+                let gathered = g.values[v].made_by().and_then(|o| sched.carried.get(&o));
                 let cross = sched
                     .landing
                     .get(&(v, op.place))
@@ -149,9 +150,10 @@ impl Dot<'_> {
         };
         match &g.ops[i].kind {
             OpKind::Tuple { parts } => parts.iter().for_each(|&p| self.producers(p, into)),
-            OpKind::Fields { src, .. } | OpKind::Pick { src } | OpKind::Gather { src, .. } => {
-                self.producers(*src, into)
-            }
+            OpKind::Fields { src, .. }
+            | OpKind::Pick { src }
+            | OpKind::Gather { src, .. }
+            | OpKind::Scatter { src, .. } => self.producers(*src, into),
             _ => into.push(format!("op{i}")),
         }
     }
@@ -173,6 +175,7 @@ impl Dot<'_> {
                     }
                     Route::One { from, to } => format!("rank {from} → {to}"),
                     Route::Gather { to, .. } => format!("gather: every rank → {to}"),
+                    Route::Scatter { from, .. } => format!("scatter: rank {from} → each"),
                 };
                 (
                     format!("{value} ({ranks})"),

@@ -43,6 +43,8 @@ pub(crate) enum CheckKind {
     Input,
     /// A per-rank input's element, moved to its actor's thread: `Send + 'static`.
     RankInput,
+    /// `scatter` splits it over a group: `Split` (a `Vec`).
+    Split,
     /// `let (a, b, ..) = ` takes it apart: a tuple of that many fields.
     Fields(usize),
 }
@@ -189,6 +191,13 @@ pub(crate) enum OpKind {
     /// `outs[0] = gather(src)`: every rank's value of per-actor value `src`, in rank
     /// order (a `Vec`), on the one actor where the op runs: the call that reads it.
     Gather { src: ValueId, span: Span },
+    /// `outs[0] = scatter(src)`: the k-th value of `src` (a `Vec` on one actor, its type
+    /// checked `Split` by `check`), on rank k of the group where the op runs.
+    Scatter {
+        src: ValueId,
+        span: Span,
+        check: usize,
+    },
     /// `outs = src.0, src.1, ..` (destructuring), `src`'s type checked by `check`, unless
     /// it is a tuple the graph built.
     Fields { src: ValueId, check: Option<usize> },

@@ -11,7 +11,7 @@ mod collective;
 mod gather;
 mod per_rank;
 
-use gather::is_gather;
+use gather::{is_gather, is_scatter};
 
 use std::collections::HashMap;
 
@@ -482,8 +482,8 @@ impl Lowerer<'_> {
             syn::Expr::Paren(p) => self.expr(&p.expr),
             syn::Expr::MethodCall(m) => self.call(m).map(Lowered::One),
             syn::Expr::Index(ix) => self.pick(ix).map(Lowered::One),
-            syn::Expr::Call(c) if is_gather(c) => {
-                self.gather_misplaced(c);
+            syn::Expr::Call(c) if is_gather(c) || is_scatter(c) => {
+                self.edge_fn_misplaced(c);
                 None
             }
             syn::Expr::Call(c) => self.collective(c),
@@ -572,6 +572,7 @@ impl Lowerer<'_> {
             .iter()
             .map(|a| match a {
                 syn::Expr::Call(c) if is_gather(c) => self.gather(c, place),
+                syn::Expr::Call(c) if is_scatter(c) => self.scatter(c, place),
                 a => self.one(a),
             })
             .collect();

@@ -26,7 +26,10 @@ use super::ir::{Graph, OpKind, Place, ValueId};
 
 /// A value's way to the actors of one place that read it.
 pub(crate) struct Edge {
+    /// The value its consumers get (its type is the edge's).
     pub(crate) value: ValueId,
+    /// The value its producer sends: `value`, but for a scatter, the `Vec` it splits.
+    pub(crate) sent: ValueId,
     /// Where the value lives (a graph input never travels: every actor has it).
     pub(crate) from: Place,
     /// Where it is read: a group (every actor) or one actor.
@@ -49,6 +52,9 @@ pub(crate) enum Route {
     /// Every rank feeds rank `to` (`gather`); `keep` when that is its own group (rank `to`
     /// has its own value already).
     Gather { to: usize, keep: bool },
+    /// Rank `from` splits a `Vec` over the reading group, the k-th value to rank k
+    /// (`scatter`); `keep` when that is its own group (rank `from` keeps its value).
+    Scatter { from: usize, keep: bool },
 }
 
 /// One item of the global order.
@@ -65,8 +71,8 @@ pub(crate) struct Schedule {
     pub(crate) items: Vec<Item>,
     /// The edge that brings a value to a place, by (value, reading place).
     pub(crate) landing: HashMap<(ValueId, Place), usize>,
-    /// The gather edge of each `gather` op, by op.
-    pub(crate) gathers: HashMap<usize, usize>,
+    /// The edge that brings each `gather` or `scatter` op its values, by op.
+    pub(crate) carried: HashMap<usize, usize>,
 }
 
 /// The route a value living at `from` takes to an op running at `to`; `None` when the
@@ -91,13 +97,33 @@ pub(crate) fn schedule(g: &Graph) -> Schedule {
     let mut landing = HashMap::new();
     // The op before which each edge is received.
     let mut first_use: Vec<usize> = Vec::new();
-    let mut gathers = HashMap::new();
+    let mut carried = HashMap::new();
     for (i, op) in g.ops.iter().enumerate() {
+        if let OpKind::Scatter { src, span, .. } = &op.kind {
+            // Lowering made sure that `src` lives on one actor.
+            if let Some(from @ Place::Actor(h, k)) = g.values[*src].place() {
+                edges.push(Edge {
+                    value: op.outs[0],
+                    sent: *src,
+                    from,
+                    to: op.place,
+                    route: Route::Scatter {
+                        from: k,
+                        keep: h == op.group(),
+                    },
+                    span: *span,
+                });
+                first_use.push(i);
+                carried.insert(i, edges.len() - 1);
+            }
+            continue;
+        }
         if let (OpKind::Gather { src, span }, Place::Actor(to, j)) = (&op.kind, op.place) {
             // Its own edge, even for a value that also travels otherwise to this actor.
             let from = Place::Group(g.values[*src].place().map_or(to, Place::group));
             edges.push(Edge {
                 value: *src,
+                sent: *src,
                 from,
                 to: op.place,
                 route: Route::Gather {
@@ -107,7 +133,7 @@ pub(crate) fn schedule(g: &Graph) -> Schedule {
                 span: *span,
             });
             first_use.push(i);
-            gathers.insert(i, edges.len() - 1);
+            carried.insert(i, edges.len() - 1);
             continue;
         }
         let OpKind::Call {
@@ -126,6 +152,7 @@ pub(crate) fn schedule(g: &Graph) -> Schedule {
             landing.entry((v, op.place)).or_insert_with(|| {
                 edges.push(Edge {
                     value: v,
+                    sent: v,
                     from,
                     to: op.place,
                     route,
@@ -146,7 +173,7 @@ pub(crate) fn schedule(g: &Graph) -> Schedule {
         items.push(Item::Op(i));
         items.extend(
             (0..edges.len())
-                .filter(|&e| g.values[edges[e].value].made_by() == Some(i))
+                .filter(|&e| g.values[edges[e].sent].made_by() == Some(i))
                 .map(Item::Send),
         );
     }
@@ -154,7 +181,7 @@ pub(crate) fn schedule(g: &Graph) -> Schedule {
         edges,
         items,
         landing,
-        gathers,
+        carried,
     }
 }
 

@@ -122,8 +122,8 @@ impl Gen<'_> {
                         OpKind::Collective { args, .. } => args.clone(),
                         OpKind::Tuple { parts } => parts.clone(),
                         OpKind::Fields { src, .. } | OpKind::Pick { src } => vec![*src],
-                        OpKind::Gather { .. } => {
-                            self.note(Local::Landed(self.sched.gathers[&i]));
+                        OpKind::Gather { .. } | OpKind::Scatter { .. } => {
+                            self.note(Local::Landed(self.sched.carried[&i]));
                             vec![]
                         }
                     };
@@ -133,7 +133,7 @@ impl Gen<'_> {
                         }
                     }
                 }
-                Item::Send(e) => self.note(Local::Value(self.sched.edges[e].value)),
+                Item::Send(e) => self.note(Local::Value(self.sched.edges[e].sent)),
                 Item::Recv(e) => {
                     let edge = &self.sched.edges[e];
                     if let Route::Fan {
@@ -359,9 +359,10 @@ impl Gen<'_> {
                     };
                 }
             }
-            // The values came over the gather edge, right before: they are the value.
-            OpKind::Gather { .. } => {
-                let landed = self.own(Local::Landed(self.sched.gathers[&i]), Span::call_site());
+            // The values came over the gather or scatter edge, right before: they are the
+            // value.
+            OpKind::Gather { .. } | OpKind::Scatter { .. } => {
+                let landed = self.own(Local::Landed(self.sched.carried[&i]), Span::call_site());
                 let out = outs[0];
                 quote!(let #out = #landed;)
             }
@@ -405,7 +406,7 @@ impl Gen<'_> {
         let at = self.sync_point(quote!(#rt::SyncPoint::Send(#e)));
         let idx = syn::Index::from(e);
         let span = edge.span;
-        let local = Local::Value(edge.value);
+        let local = Local::Value(edge.sent);
         let value = if self.is_single(local) {
             self.own_held(local, span)
         } else {
@@ -424,6 +425,29 @@ impl Gen<'_> {
         };
         // Every actor of the group sends on a zip edge; on the others, only the one that
         // holds the value (a single-actor value, or the rank a single actor reads).
+        if let Route::Scatter { from, keep } = edge.route {
+            // Rank `from` keeps its own value, until its receive (see `recv`).
+            let kept = format_ident!("__kept{}", e);
+            // Named by its checked type: silent when the check failed (it says why).
+            let checked = match self.g.values[edge.value]
+                .made_by()
+                .map(|o| &self.g.ops[o].kind)
+            {
+                Some(OpKind::Scatter { check, .. }) => {
+                    let ty = checked_type(*check);
+                    quote!(#rt::checked::<#ty>(#value))
+                }
+                _ => value,
+            };
+            let values = quote!(#rt::Split::into_values(#checked));
+            let send = quote!(__ctx.send_scatter::<#ty>(#at, &*__links.#idx, #values)?);
+            return match keep {
+                true => quote! {
+                    let #kept = if __ctx.rank() == #from { #send } else { #rt::Option::None };
+                },
+                false => quote!(if __ctx.rank() == #from { #send; }),
+            };
+        }
         let code = quote! {
             let __sent = #value;
             __ctx.#send(#at, &*__links.#idx, __sent #clone_fn)?;
@@ -433,6 +457,7 @@ impl Gen<'_> {
             Route::Fan { from: k, .. } | Route::One { from: k, .. } => {
                 quote!(if __ctx.rank() == #k { #code })
             }
+            Route::Scatter { .. } => quote!(),
             // The consumer keeps its own value (see `recv`).
             Route::Gather { to, keep: true } => quote!(if __ctx.rank() != #to { #code }),
         }
@@ -476,6 +501,21 @@ impl Gen<'_> {
                         #rt::Option::Some(__ctx.recv_gather::<#ty>(#at, &*__links.#idx, #own)?)
                     } else {
                         #rt::Option::None
+                    };
+                }
+            }
+            (
+                Route::Scatter {
+                    from, keep: true, ..
+                },
+                _,
+            ) => {
+                let kept = format_ident!("__kept{}", e);
+                quote! {
+                    let #landed = if __ctx.rank() == #from {
+                        __ctx.take_held(#kept)?
+                    } else {
+                        #recv
                     };
                 }
             }

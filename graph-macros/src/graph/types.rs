@@ -113,3 +113,9 @@ pub(crate) fn vec_of(ty: &TokenStream) -> TokenStream {
     let rt = rt::path();
     quote!(#rt::Vec<#ty>)
 }
+
+/// What each rank gets of a value `scatter` splits, whose type passed check `checked`.
+pub(crate) fn split_item(checked: &TokenStream) -> TokenStream {
+    let rt = rt::path();
+    quote!(<#checked as #rt::Split>::Item)
+}

@@ -186,6 +186,39 @@ impl<C: Communicator> StepCtx<C> {
         }
     }
 
+    /// Sends this rank's `values` over a scatter `edge` (schedule position `at`), the k-th
+    /// to consumer k, moved; returns the one this rank keeps when it is a consumer too. A
+    /// `Vec` without one value per consumer is [`Error::ScatterLength`], and nothing is
+    /// sent (the failure path sends every consumer a failure marker).
+    #[inline]
+    pub fn send_scatter<T: Send + 'static>(
+        &mut self,
+        at: usize,
+        edge: &Edge<T>,
+        values: Vec<T>,
+    ) -> Result<Option<T>, Error> {
+        self.activity().store(ON_EDGE, Relaxed);
+        let sent = edge.send_scatter(self.rank, self.round, values);
+        self.activity().store(IN_CODE, Relaxed);
+        match sent {
+            Ok(Ok(own)) => {
+                self.mark(at);
+                Ok(own)
+            }
+            Ok(Err(_)) => {
+                self.mark(at);
+                Err(self.stopped(edge))
+            }
+            Err((got, expected)) => Err(Error::ScatterLength {
+                value: edge.value(),
+                group: self.group,
+                rank: self.rank,
+                expected,
+                got,
+            }),
+        }
+    }
+
     /// Receives every producer's value of this round from a gather `edge` (schedule
     /// position `at`), in rank order; `own` is this rank's own value when it is one of
     /// the producers. If a producer failed, this rank fails with [`Error::Upstream`]

@@ -67,13 +67,24 @@ pub enum Route {
         /// Whether the consumer is producing rank `to` itself.
         keep: bool,
     },
+    /// Producer `from` splits a `Vec` over the consumers, the k-th value to rank k (a
+    /// scatter: one slot per consumer). With `keep` (producer and consumer are one group),
+    /// rank `from` keeps its own value and sends itself no message.
+    Scatter {
+        /// The producing rank.
+        from: usize,
+        /// Whether the consumer with rank `from` is the producer itself.
+        keep: bool,
+    },
 }
 
 impl Route {
     /// The number of slots for a consuming group of `consumers` actors.
     fn slots(self, consumers: usize) -> usize {
         match self {
-            Route::Zip | Route::Fan { .. } | Route::Gather { .. } => consumers,
+            Route::Zip | Route::Fan { .. } | Route::Gather { .. } | Route::Scatter { .. } => {
+                consumers
+            }
             Route::One { .. } => 1,
         }
     }
@@ -82,7 +93,7 @@ impl Route {
     fn outgoing(self, rank: usize, n: usize) -> impl Iterator<Item = usize> {
         let range = match self {
             Route::Zip if rank < n => rank..rank + 1,
-            Route::Fan { from, .. } if from == rank => 0..n,
+            Route::Fan { from, .. } | Route::Scatter { from, .. } if from == rank => 0..n,
             Route::One { from, .. } if from == rank => 0..1,
             Route::Gather { .. } if rank < n => rank..rank + 1,
             _ => 0..0,
@@ -93,6 +104,7 @@ impl Route {
                 skip_from: true,
             } => Some(from),
             Route::Gather { to, keep: true } => Some(to),
+            Route::Scatter { from, keep: true } => Some(from),
             _ => None,
         };
         range.filter(move |&s| Some(s) != skip)
@@ -102,7 +114,13 @@ impl Route {
     fn incoming(self, rank: usize, n: usize) -> Option<usize> {
         match self {
             Route::Zip if rank < n => Some(rank),
-            Route::Fan { from, skip_from } if rank < n && !(skip_from && rank == from) => {
+            Route::Fan {
+                from,
+                skip_from: keep,
+            }
+            | Route::Scatter { from, keep }
+                if rank < n && !(keep && rank == from) =>
+            {
                 Some(rank)
             }
             Route::One { to, .. } if to == rank => Some(0),
@@ -123,7 +141,7 @@ impl Route {
     fn producer(self, slot: usize) -> usize {
         match self {
             Route::Zip | Route::Gather { .. } => slot,
-            Route::Fan { from, .. } | Route::One { from, .. } => from,
+            Route::Fan { from, .. } | Route::One { from, .. } | Route::Scatter { from, .. } => from,
         }
     }
 }
@@ -313,6 +331,34 @@ impl<T: Send + 'static> Edge<T> {
 }
 
 impl<T: Send + 'static> Edge<T> {
+    /// Sends producer `rank`'s values of a [`Route::Scatter`], the k-th to consumer k,
+    /// each moved; returns the one it keeps for itself (`keep`). `Err((got, expected))`
+    /// when there is not one value per consumer: then nothing is sent (the caller fails, and its failure
+    /// path puts a marker in every slot).
+    pub(crate) fn send_scatter(
+        &self,
+        rank: usize,
+        round: u64,
+        values: Vec<T>,
+    ) -> Result<Result<Option<T>, Interrupted>, (usize, usize)> {
+        if values.len() != self.slots.len() {
+            return Err((values.len(), self.slots.len()));
+        }
+        let kept = match self.route {
+            Route::Scatter { from, keep: true } if from == rank => Some(from),
+            _ => None,
+        };
+        let mut own = None;
+        for (slot, value) in values.into_iter().enumerate() {
+            if Some(slot) == kept {
+                own = Some(value);
+            } else if let Err(e) = self.slots[slot].put(round, Some(value)) {
+                return Ok(Err(e));
+            }
+        }
+        Ok(Ok(own))
+    }
+
     /// Receives every producer's value of this round, in rank order, as consumer `rank` of
     /// a [`Route::Gather`]; `own` is its own value when it is one of the producers. Every
     /// slot is emptied even when one producer failed (the lowest failed rank is reported),
@@ -509,6 +555,34 @@ mod tests {
         e.send(0, 3, 3).unwrap();
         e.send(2, 3, 5).unwrap();
         assert_eq!(e.recv_gather(1, 3, Some(4)).unwrap(), [3, 4, 5]);
+    }
+
+    #[test]
+    fn a_scatter_moves_the_kth_value_to_rank_k_and_refuses_another_length() {
+        let mut links = Links::new();
+        let e = links.edge::<Box<u8>>(
+            "v",
+            "w",
+            Route::Scatter {
+                from: 1,
+                keep: true,
+            },
+            3,
+        );
+        let values: Vec<Box<u8>> = (0..3).map(Box::new).collect();
+        let addr = &*values[2] as *const u8;
+        let kept = e.send_scatter(1, 1, values).unwrap().unwrap();
+        assert_eq!(kept.as_deref(), Some(&1));
+        let last = e.recv(2, 1).unwrap();
+        assert_eq!((*last, &*last as *const u8), (2, addr));
+        assert_eq!(*e.recv(0, 1).unwrap(), 0);
+        // Rank 1 keeps its value: it reads no slot.
+        assert_eq!(e.recv(1, 1), Err(RecvError::Aborted));
+        // Another length: nothing is sent; the failure path then marks every slot.
+        assert_eq!(e.send_scatter(1, 2, vec![Box::new(0)]).err(), Some((1, 3)));
+        links.get(0).unwrap().fail_from(1, 2);
+        assert_eq!(e.recv(0, 2), Err(RecvError::Failed { from_rank: 1 }));
+        assert_eq!(e.recv(2, 2), Err(RecvError::Failed { from_rank: 1 }));
     }
 
     #[test]

@@ -1,19 +1,30 @@
 //! Values between groups of different sizes: one rank's value of a per-actor value
-//! (`losses[k]`, a value of one actor, readable by any actor of any group) and every rank's
-//! value brought to one actor (`coord[0].record(gather(losses))`, a `Vec` in rank order).
-//! Both are point-to-point edges (see `schedule`): no collective, no copy of the data.
+//! (`losses[k]`, a value of one actor, readable by any actor of any group), every rank's
+//! value brought to one actor (`coord[0].record(gather(losses))`, a `Vec` in rank order),
+//! and a `Vec` of one actor split over a group (`workers.f(scatter(shards))`, the k-th
+//! value to rank k). All are point-to-point edges (see `schedule`): no collective, no copy
+//! of the data.
 
 use quote::ToTokens;
 use syn::spanned::Spanned;
 
 use super::{Binding, Lowerer};
 use crate::diag::tidy;
-use crate::graph::ir::{OpKind, Place, ValueId};
-use crate::graph::types::vec_of;
+use crate::graph::ir::{CheckKind, OpKind, Place, ValueId};
+use crate::graph::types::{checked_type, split_item, vec_of};
 
 /// Whether a call is `gather(..)`.
 pub(crate) fn is_gather(c: &syn::ExprCall) -> bool {
-    matches!(&*c.func, syn::Expr::Path(p) if p.qself.is_none() && p.path.is_ident("gather"))
+    calls(c, "gather")
+}
+
+/// Whether a call is `scatter(..)`.
+pub(crate) fn is_scatter(c: &syn::ExprCall) -> bool {
+    calls(c, "scatter")
+}
+
+fn calls(c: &syn::ExprCall, name: &str) -> bool {
+    matches!(&*c.func, syn::Expr::Path(p) if p.qself.is_none() && p.path.is_ident(name))
 }
 
 impl Lowerer<'_> {
@@ -127,15 +138,69 @@ impl Lowerer<'_> {
         Some(outs[0])
     }
 
-    /// `gather(..)` anywhere but as a method's argument.
-    pub(super) fn gather_misplaced(&mut self, c: &syn::ExprCall) {
+    /// `scatter(src)` as an argument of a call at `place`: the k-th value of `src` (a `Vec`
+    /// on one actor) on rank k of the calling group.
+    pub(super) fn scatter(&mut self, c: &syn::ExprCall, place: Option<Place>) -> Option<ValueId> {
+        let [arg] = c.args.iter().collect::<Vec<_>>()[..] else {
+            self.diag.error_at(
+                c,
+                "`scatter` takes one value of one actor: `workers.train(scatter(shards))`",
+            );
+            return None;
+        };
+        let src = self.one(arg)?;
+        let label = self.values[src].label.clone();
+        match self.values[src].place() {
+            Some(Place::Actor(..)) => {}
+            None => {
+                self.diag.error_at(
+                    arg,
+                    format!("`{label}` is a graph input: split it with a per-rank input, `{label}: PerRank<T>`"),
+                );
+                return None;
+            }
+            Some(Place::Group(g)) => {
+                let g = &self.groups[g].name;
+                self.diag.error_at(
+                    arg,
+                    format!("`{label}` is a per-actor value of `{g}`: `scatter` splits a value of one actor, such as `{g}[0].load(..)`"),
+                );
+                return None;
+            }
+        }
+        let place = place?;
+        let Place::Group(_) = place else {
+            self.diag.error_at(
+                c,
+                "`scatter` gives every actor of a group its value: call a method of the whole group, `workers.method(scatter(..))`",
+            );
+            return None;
+        };
+        let check = self.check(self.values[src].ty.clone(), arg.span(), CheckKind::Split);
+        let ty = split_item(&checked_type(check));
+        let outs = self.push_op(
+            place,
+            OpKind::Scatter {
+                src,
+                span: c.span(),
+                check,
+            },
+            vec![(format!("scatter({label})"), ty)],
+        );
+        Some(outs[0])
+    }
+
+    /// `gather(..)` or `scatter(..)` anywhere but as a method's argument.
+    pub(super) fn edge_fn_misplaced(&mut self, c: &syn::ExprCall) {
         let arg = c
             .args
             .first()
             .map_or_else(|| "x".to_string(), |a| tidy(a.to_token_stream()));
-        self.diag.error_at(
-            c,
-            format!("`gather` is written as the argument of the one actor's method that reads the values: `coord[0].record(gather({arg}))`"),
-        );
+        let msg = if is_gather(c) {
+            format!("`gather` is written as the argument of the one actor's method that reads the values: `coord[0].record(gather({arg}))`")
+        } else {
+            format!("`scatter` is written as the argument of the group's method that reads the values: `workers.train(scatter({arg}))`")
+        };
+        self.diag.error_at(c, msg);
     }
 }
