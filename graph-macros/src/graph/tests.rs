@@ -52,6 +52,9 @@ fn kinds(g: &Graph) -> Vec<&'static str> {
             OpKind::Collective { .. } => "collective",
             OpKind::Tuple { .. } => "tuple",
             OpKind::Fields { .. } => "fields",
+            OpKind::Pick { .. } => "pick",
+            OpKind::Gather { .. } => "gather",
+            OpKind::Scatter { .. } => "scatter",
         })
         .collect()
 }
@@ -466,5 +469,84 @@ fn a_per_rank_input_read_by_two_groups_is_reported() {
     assert_eq!(
         errs,
         ["per-rank input `batch` is split over the ranks of group `w`, so group `h` cannot read it too; give `h` an input of its own"]
+    );
+}
+
+#[test]
+fn one_ranks_value_gather_and_scatter_are_edges_of_their_own() {
+    lowered(
+        quote! {
+            G(w: [W], c: [C; 1], x: f32) {
+                let l = w.loss(x);
+                let m = c[0].record(gather(l));
+                let h = c.see(l[2]);
+                let s = c[0].split(x);
+                let y = w.take(scatter(s));
+                (y, m, h)
+            }
+        },
+        |g, sched| {
+            let picked = g.values[value(g, "h")].made_by().unwrap();
+            let OpKind::Call { args, .. } = &g.ops[picked].kind else {
+                panic!("`h` is a call");
+            };
+            // `l[2]` is a value of worker 2.
+            assert_eq!(g.values[args[0]].place(), Some(Place::Actor(0, 2)));
+            assert_eq!(g.values[args[0]].label, "l[2]");
+            assert_eq!(
+                g.groups[0].indices.iter().map(|i| i.0).collect::<Vec<_>>(),
+                [2]
+            );
+            let routes: Vec<Route> = sched.edges.iter().map(|e| e.route).collect();
+            assert_eq!(
+                routes,
+                [
+                    Route::Gather { to: 0, keep: false },
+                    Route::Fan {
+                        from: 2,
+                        skip_from: false
+                    },
+                    Route::Scatter {
+                        from: 0,
+                        keep: false
+                    }
+                ]
+            );
+            // The scatter sends `s` and delivers its items.
+            let scatter = &sched.edges[2];
+            assert_eq!(scatter.sent, value(g, "s"));
+            assert_ne!(scatter.value, scatter.sent);
+            // Each is received right before the op that reads it, sent right after `l` / `s`.
+            let items: Vec<Item> = sched.of_group(g, 1).collect();
+            let pos = |it: Item| items.iter().position(|&i| i == it).unwrap();
+            assert!(pos(Item::Recv(0)) < pos(Item::Op(sched_op(g, "m"))));
+            assert!(pos(Item::Send(2)) > pos(Item::Op(sched_op(g, "s"))));
+        },
+    );
+}
+
+/// The op that made the value named `name`.
+fn sched_op(g: &Graph, name: &str) -> usize {
+    g.values[value(g, name)].made_by().unwrap()
+}
+
+#[test]
+fn misplaced_indices_gathers_and_scatters_are_reported() {
+    let errs = errors(quote! {
+        G(w: [W; 2], c: [C], x: f32) {
+            let l = w.loss(x);
+            let a = c.see(l[2]);
+            let b = c.all(gather(l));
+            let d = c.see(scatter(l));
+            (a, b, d)
+        }
+    });
+    assert_eq!(
+        errs,
+        [
+            "actor index 2 is out of range: group `w` has 2 actors (ranks 0..2)",
+            "`gather` brings every rank's value to one actor: call a method of one actor, `c[0].method(gather(l))`",
+            "`l` is a per-actor value of `w`: `scatter` splits a value of one actor, such as `w[0].load(..)`",
+        ]
     );
 }
