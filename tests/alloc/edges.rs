@@ -56,3 +56,35 @@ fn steady_state_edges_allocate_nothing_on_the_actors() {
     assert!(counted() > after);
     drop(held);
 }
+
+graph! {
+    /// A per-rank input, one rank's value read by a group of another size, and an output
+    /// mixing the two groups.
+    Ranked(first: [Echo], second: [Echo], a: PerRank<Tensor<f32>>) {
+        let x = first.echo(a);
+        let y = second.echo(x[1]);
+        (y, x[0])
+    }
+}
+
+#[test]
+fn steady_state_per_rank_inputs_and_one_ranks_value_allocate_nothing_on_the_actors() {
+    let _turn = turn();
+    let mut g = Ranked::launch(vec![Echo, Echo], vec![Echo, Echo, Echo], Cpu).unwrap();
+    let a = Tensor::full([1000], 1.0f32);
+    let b = Tensor::full([1000], 2.0f32);
+    for _ in 0..10 {
+        g.execute(vec![a.clone(), b.clone()]).unwrap();
+    }
+    let before = counted();
+    for _ in 0..5_000 {
+        let out = g.execute(vec![a.clone(), b.clone()]).unwrap();
+        assert_eq!(out[2].0.as_slice()[0], 2.0);
+        assert!(out[0].1.is_some() && out[2].1.is_none());
+    }
+    assert_eq!(
+        counted() - before,
+        0,
+        "allocations on actor threads in 5 000 executes"
+    );
+}
