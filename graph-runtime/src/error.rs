@@ -34,7 +34,7 @@ pub enum Error {
     /// A per-actor value of one group is read by another group of a different size: actor
     /// i of the producing group feeds actor i of the consuming one, so their sizes must be
     /// equal. `launch` checks it.
-    #[error("value `{value}` of group `{from}` ({from_len} actors) is read by group `{to}` ({to_len} actors): actor i of one feeds actor i of the other, so both groups must have the same size")]
+    #[error("value `{value}` of group `{from}` ({from_len} actors) is read by group `{to}` ({to_len} actors): actor i of one feeds actor i of the other, so both groups must have the same size (between groups of different sizes, read one rank's value, `{value}[k]`, or every rank's on one actor, `gather({value})`)")]
     EdgeSizeMismatch {
         /// The value, as named in the graph.
         value: &'static str,

@@ -668,7 +668,7 @@ fn groups_joined_by_a_per_actor_edge_must_have_the_same_size() {
         Err(e @ Error::EdgeSizeMismatch { .. }) => {
             assert_eq!(
                 e.to_string(),
-                "value `h` of group `encoders` (3 actors) is read by group `decoders` (2 actors): actor i of one feeds actor i of the other, so both groups must have the same size"
+                "value `h` of group `encoders` (3 actors) is read by group `decoders` (2 actors): actor i of one feeds actor i of the other, so both groups must have the same size (between groups of different sizes, read one rank's value, `h[k]`, or every rank's on one actor, `gather(h)`)"
             );
         }
         Err(other) => panic!("unexpected {other}"),
