@@ -149,7 +149,8 @@ fn run() -> Result<(), String> {
             momentum: vec![0.0; FEATURES / workers],
         })
         .collect();
-    let mut g = Server::launch(replicas, [Coordinator::default()], Cpu).map_err(|e| e.to_string())?;
+    let mut g =
+        Server::launch(replicas, [Coordinator::default()], Cpu).map_err(|e| e.to_string())?;
     let mut seed = 0x5eed;
     let mut first = None;
     for step in 0..steps {
@@ -166,7 +167,10 @@ fn run() -> Result<(), String> {
         }
     }
     let (_, coord) = g.teardown().map_err(|e| e.to_string())?;
-    let (first, last) = (first.unwrap_or(0.0), *coord[0].history.last().unwrap_or(&0.0));
+    let (first, last) = (
+        first.unwrap_or(0.0),
+        *coord[0].history.last().unwrap_or(&0.0),
+    );
     println!("mean loss {first:.4} -> {last:.6} over {steps} steps on {workers} workers");
     if steps >= 50 && last > first / 100.0 {
         return Err("the loss did not drop by 100x".into());

@@ -231,7 +231,7 @@ struct Shard;
 
 #[actor]
 impl Shard {
-    fn sum(&mut self, shard: &Vec<u32>) -> (u32, usize) {
+    fn sum(&mut self, shard: &[u32]) -> (u32, usize) {
         (shard.iter().sum(), shard.as_ptr() as usize)
     }
     fn own_shards(&mut self, n: &usize) -> Vec<u32> {
