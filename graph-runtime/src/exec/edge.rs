@@ -669,6 +669,26 @@ mod loom_tests {
     }
 
     #[test]
+    fn loom_gather_takes_every_producer_then_a_failure_marker() {
+        loom::model(|| {
+            let mut links = Links::new();
+            let e = links.edge::<u32>("l", "w", Route::Gather { to: 0, keep: true }, 2);
+            let e2 = e.clone();
+            // Rank 1 produces for rank 0, which keeps its own value.
+            let producer = thread::spawn(move || {
+                e2.send(1, 1, 7).unwrap();
+                e2.fail_from(1, 2);
+            });
+            assert_eq!(e.recv_gather(0, 1, Some(3)), Ok(vec![3, 7]));
+            assert_eq!(
+                e.recv_gather(0, 2, Some(4)),
+                Err(RecvError::Failed { from_rank: 1 })
+            );
+            producer.join().unwrap();
+        });
+    }
+
+    #[test]
     fn loom_edge_abort_releases_the_consumer() {
         loom::model(|| {
             let mut links = Links::new();
