@@ -273,3 +273,42 @@ fn a_scatter_gives_rank_k_the_kth_value_and_refuses_another_length() {
     }
     g.teardown().unwrap();
 }
+
+graph! {
+    /// Every worker's loss on every actor of a group of another size.
+    ToAll(workers: [Worker], coord: [Coord; 1], heads: [Coord], step: f32, fail: i64) {
+        let losses = workers.loss(step, fail);
+        let mean = coord.record(gather(losses));
+        let n = heads.ranks(gather(losses));
+        (mean, n)
+    }
+}
+
+#[test]
+fn a_gather_to_a_group_gives_each_of_its_actors_every_value() {
+    let mut g = ToAll::launch(
+        (0..4).map(|_| Worker).collect(),
+        [Coord::default()],
+        vec![Coord::default()],
+        Cpu,
+    )
+    .unwrap();
+    for step in 0..3 {
+        let out = g.execute(step as f32, -1).unwrap();
+        assert_eq!(out, vec![(step as f32 + 1.5, 4)]);
+    }
+    match g.execute(0.0, 3) {
+        Err(Error::Method {
+            group: "workers",
+            rank: 3,
+            ..
+        }) => {}
+        other => panic!("expected the worker's error, got {other:?}"),
+    }
+    assert_eq!(g.execute(0.0, -1).unwrap(), vec![(1.5, 4)]);
+    assert!(ToAll::to_dot().contains("gather: every rank → all"));
+    let (_, coord, _) = g.teardown().unwrap();
+    assert_eq!(coord[0].means, vec![1.5, 2.5, 3.5, 1.5]);
+    // A scatter is drawn too.
+    assert!(Split::to_dot().contains("scatter: rank 0 → each"));
+}

@@ -87,6 +87,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         .iter()
         .enumerate()
         .map(|(e, edge)| {
+            let from_group = &g.groups[edge.from.group()].name;
             let ty = edge_type(g, e);
             let value = &g.values[edge.value].label;
             let from = g.groups[edge.from.group()].name.to_string();
@@ -98,6 +99,9 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 }
                 Route::One { from, to } => quote!(#rt::Route::One { from: #from, to: #to }),
                 Route::Gather { to, keep } => quote!(#rt::Route::Gather { to: #to, keep: #keep }),
+                Route::GatherAll => {
+                    quote!(#rt::Route::GatherAll { producers: #from_group.len() })
+                }
                 Route::Scatter { from, keep } => {
                     quote!(#rt::Route::Scatter { from: #from, keep: #keep })
                 }
@@ -450,7 +454,7 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
             return None;
         };
         // A gather takes every rank's value, whatever the sizes.
-        if let Route::Gather { .. } = e.route {
+        if let Route::Gather { .. } | Route::GatherAll = e.route {
             return None;
         }
         let (f, t) = (&g.groups[from].name, &g.groups[to].name);

@@ -175,6 +175,7 @@ impl Dot<'_> {
                     }
                     Route::One { from, to } => format!("rank {from} → {to}"),
                     Route::Gather { to, .. } => format!("gather: every rank → {to}"),
+                    Route::GatherAll => "gather: every rank → all".to_string(),
                     Route::Scatter { from, .. } => format!("scatter: rank {from} → each"),
                 };
                 (

@@ -52,6 +52,8 @@ pub(crate) enum Route {
     /// Every rank feeds rank `to` (`gather`); `keep` when that is its own group (rank `to`
     /// has its own value already).
     Gather { to: usize, keep: bool },
+    /// Every rank feeds every rank of another group (`gather` to a group).
+    GatherAll,
     /// Rank `from` splits a `Vec` over the reading group, the k-th value to rank k
     /// (`scatter`); `keep` when that is its own group (rank `from` keeps its value).
     Scatter { from: usize, keep: bool },
@@ -118,18 +120,23 @@ pub(crate) fn schedule(g: &Graph) -> Schedule {
             }
             continue;
         }
-        if let (OpKind::Gather { src, span }, Place::Actor(to, j)) = (&op.kind, op.place) {
-            // Its own edge, even for a value that also travels otherwise to this actor.
-            let from = Place::Group(g.values[*src].place().map_or(to, Place::group));
+        if let OpKind::Gather { src, span } = &op.kind {
+            // Its own edge, even for a value that also travels otherwise to these actors.
+            let from = Place::Group(g.values[*src].place().map_or(op.group(), Place::group));
+            let route = match op.place {
+                Place::Actor(to, j) => Route::Gather {
+                    to: j,
+                    keep: from.group() == to,
+                },
+                // Lowering made sure that it is another group.
+                Place::Group(_) => Route::GatherAll,
+            };
             edges.push(Edge {
                 value: *src,
                 sent: *src,
                 from,
                 to: op.place,
-                route: Route::Gather {
-                    to: j,
-                    keep: from.group() == to,
-                },
+                route,
                 span: *span,
             });
             first_use.push(i);

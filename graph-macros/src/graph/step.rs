@@ -420,7 +420,7 @@ impl Gen<'_> {
         // the send is an error type too, and silent.
         let ty = edge_type(self.g, e);
         let (send, clone_fn) = match edge.route {
-            Route::Fan { .. } => (quote!(send_each::<#ty>), clone_fn),
+            Route::Fan { .. } | Route::GatherAll => (quote!(send_each::<#ty>), clone_fn),
             _ => (quote!(send::<#ty>), quote!()),
         };
         // Every actor of the group sends on a zip edge; on the others, only the one that
@@ -453,7 +453,9 @@ impl Gen<'_> {
             __ctx.#send(#at, &*__links.#idx, __sent #clone_fn)?;
         };
         match edge.route {
-            Route::Zip | Route::Gather { keep: false, .. } => quote!({ #code }),
+            Route::Zip | Route::Gather { keep: false, .. } | Route::GatherAll => {
+                quote!({ #code })
+            }
             Route::Fan { from: k, .. } | Route::One { from: k, .. } => {
                 quote!(if __ctx.rank() == #k { #code })
             }
@@ -518,6 +520,9 @@ impl Gen<'_> {
                         #recv
                     };
                 }
+            }
+            (Route::GatherAll, _) => {
+                quote!(let #landed = __ctx.recv_gather::<#ty>(#at, &*__links.#idx, #rt::Option::None)?;)
             }
             (_, Place::Actor(_, j)) => quote! {
                 let #landed = if __ctx.rank() == #j {

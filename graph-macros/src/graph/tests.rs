@@ -536,7 +536,7 @@ fn misplaced_indices_gathers_and_scatters_are_reported() {
         G(w: [W; 2], c: [C], x: f32) {
             let l = w.loss(x);
             let a = c.see(l[2]);
-            let b = c.all(gather(l));
+            let b = w.all(gather(l));
             let d = c.see(scatter(l));
             (a, b, d)
         }
@@ -545,7 +545,7 @@ fn misplaced_indices_gathers_and_scatters_are_reported() {
         errs,
         [
             "actor index 2 is out of range: group `w` has 2 actors (ranks 0..2)",
-            "`gather` brings every rank's value to one actor: call a method of one actor, `c[0].method(gather(l))`",
+            "every actor of `w` reading every rank's value of `w` is an allgather: `allgather(l)`; `gather` brings the values to one actor, `w[0].method(gather(l))`, or to another group",
             "`l` is a per-actor value of `w`: `scatter` splits a value of one actor, such as `w[0].load(..)`",
         ]
     );

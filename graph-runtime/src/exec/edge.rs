@@ -67,6 +67,13 @@ pub enum Route {
         /// Whether the consumer is producing rank `to` itself.
         keep: bool,
     },
+    /// Every producing rank feeds every rank of another group, which gets the values in
+    /// rank order (a gather to a group: one slot per producer and consumer, consumer c's
+    /// from `c * producers`).
+    GatherAll {
+        /// The number of producing ranks.
+        producers: usize,
+    },
     /// Producer `from` splits a `Vec` over the consumers, the k-th value to rank k (a
     /// scatter: one slot per consumer). With `keep` (producer and consumer are one group),
     /// rank `from` keeps its own value and sends itself no message.
@@ -86,6 +93,7 @@ impl Route {
                 consumers
             }
             Route::One { .. } => 1,
+            Route::GatherAll { producers } => consumers * producers,
         }
     }
 
@@ -96,7 +104,13 @@ impl Route {
             Route::Fan { from, .. } | Route::Scatter { from, .. } if from == rank => 0..n,
             Route::One { from, .. } if from == rank => 0..1,
             Route::Gather { .. } if rank < n => rank..rank + 1,
+            Route::GatherAll { producers } if rank < producers => rank..n,
             _ => 0..0,
+        };
+        // A producer of a gather to a group fills one slot per consumer, `producers` apart.
+        let step = match self {
+            Route::GatherAll { producers } => producers.max(1),
+            _ => 1,
         };
         let skip = match self {
             Route::Fan {
@@ -107,7 +121,7 @@ impl Route {
             Route::Scatter { from, keep: true } => Some(from),
             _ => None,
         };
-        range.filter(move |&s| Some(s) != skip)
+        range.step_by(step).filter(move |&s| Some(s) != skip)
     }
 
     /// The slot consumer `rank` reads, if it reads one.
@@ -133,6 +147,9 @@ impl Route {
     fn gathered(self, rank: usize, n: usize) -> Option<(std::ops::Range<usize>, Option<usize>)> {
         match self {
             Route::Gather { to, keep } if to == rank => Some((0..n, keep.then_some(to))),
+            Route::GatherAll { producers } if (rank + 1) * producers <= n => {
+                Some((rank * producers..(rank + 1) * producers, None))
+            }
             _ => None,
         }
     }
@@ -141,6 +158,7 @@ impl Route {
     fn producer(self, slot: usize) -> usize {
         match self {
             Route::Zip | Route::Gather { .. } => slot,
+            Route::GatherAll { producers } => slot % producers.max(1),
             Route::Fan { from, .. } | Route::One { from, .. } | Route::Scatter { from, .. } => from,
         }
     }
@@ -387,7 +405,8 @@ impl<T: Send + 'static> Edge<T> {
                 Ok(v) => values.push(v),
                 Err(TakeError::Aborted) => return Err(RecvError::Aborted),
                 Err(TakeError::Skipped) => {
-                    failed.get_or_insert(RecvError::Failed { from_rank: slot });
+                    let from_rank = self.route.producer(slot);
+                    failed.get_or_insert(RecvError::Failed { from_rank });
                 }
             }
         }
@@ -537,6 +556,32 @@ mod tests {
         assert_eq!(e.recv_gather(0, 3, None).unwrap(), ["0", "1", "2"]);
         // A rank that gathers nothing gets no value.
         assert_eq!(e.recv_gather(1, 3, None), Err(RecvError::Aborted));
+    }
+
+    #[test]
+    fn a_gather_to_a_group_gives_every_consumer_every_value_in_rank_order() {
+        let mut links = Links::new();
+        // Three producers, two consumers.
+        let e = links.edge::<u8>("l", "w", Route::GatherAll { producers: 3 }, 2);
+        for rank in 0..3 {
+            e.send_each(rank, 1, rank as u8, |v| *v).unwrap();
+        }
+        assert_eq!(e.recv_gather(1, 1, None).unwrap(), [0, 1, 2]);
+        assert_eq!(e.recv_gather(0, 1, None).unwrap(), [0, 1, 2]);
+        // Producer 2 fails: both consumers name it, and every slot is empty again.
+        e.send_each(0, 2, 5, |v| *v).unwrap();
+        e.send_each(1, 2, 6, |v| *v).unwrap();
+        links.get(0).unwrap().fail_from(2, 2);
+        assert_eq!(
+            e.recv_gather(0, 2, None),
+            Err(RecvError::Failed { from_rank: 2 })
+        );
+        links.get(0).unwrap().drain_to(1, 2);
+        for rank in 0..3 {
+            e.send_each(rank, 3, 10 + rank as u8, |v| *v).unwrap();
+        }
+        assert_eq!(e.recv_gather(0, 3, None).unwrap(), [10, 11, 12]);
+        assert_eq!(e.recv_gather(1, 3, None).unwrap(), [10, 11, 12]);
     }
 
     #[test]

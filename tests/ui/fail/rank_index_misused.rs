@@ -1,6 +1,6 @@
 //! One rank's value and `gather` written where they cannot be: an index past a fixed-size
-//! group, an index of a value of one actor or of an input, `gather` to a whole group or
-//! outside a call.
+//! group, an index of a value of one actor or of an input, `gather` to the whole group of
+//! its value or outside a call.
 use actorgraph::prelude::*;
 
 struct Worker;
@@ -25,7 +25,7 @@ graph! {
         let one = workers[0].loss();
         let b = coord.see(one[0]);
         let c = coord.see(x[0]);
-        let d = coord.all(gather(losses));
+        let d = workers.all(gather(losses));
         let e = gather(losses);
         (a, b, c, d)
     }

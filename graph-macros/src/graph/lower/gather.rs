@@ -85,7 +85,8 @@ impl Lowerer<'_> {
     }
 
     /// `gather(src)` as an argument of a call at `place`: every rank's value of per-actor
-    /// value `src`, in rank order, on the one actor that calls.
+    /// value `src`, in rank order, on the one actor that calls, or on every actor of
+    /// another group.
     pub(super) fn gather(&mut self, c: &syn::ExprCall, place: Option<Place>) -> Option<ValueId> {
         let [arg] = c.args.iter().collect::<Vec<_>>()[..] else {
             self.diag.error_at(
@@ -115,17 +116,14 @@ impl Lowerer<'_> {
             }
         };
         let place = place?;
-        let Place::Actor(..) = place else {
+        if place == Place::Group(from) {
             let g = &self.groups[from].name;
-            let msg = if place.group() == from {
-                format!("every actor of `{g}` reading every rank's value of `{g}` is an allgather: `allgather({label})`; `gather` brings the values to one actor, `{g}[0].method(gather({label}))`")
-            } else {
-                let h = &self.groups[place.group()].name;
-                format!("`gather` brings every rank's value to one actor: call a method of one actor, `{h}[0].method(gather({label}))`")
-            };
-            self.diag.error_at(c, msg);
+            self.diag.error_at(
+                c,
+                format!("every actor of `{g}` reading every rank's value of `{g}` is an allgather: `allgather({label})`; `gather` brings the values to one actor, `{g}[0].method(gather({label}))`, or to another group"),
+            );
             return None;
-        };
+        }
         let ty = vec_of(&self.values[src].ty);
         let outs = self.push_op(
             place,
