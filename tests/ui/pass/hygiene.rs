@@ -100,6 +100,49 @@ mod no_prelude {
         }
     }
 
+    pub struct Cell {
+        pub calls: u64,
+    }
+
+    #[actor]
+    impl Cell {
+        fn tick(&mut self, by: &u64) -> u64 {
+            self.calls += *by;
+            self.calls
+        }
+        fn echo_back(&mut self, v: &u64) -> u64 {
+            *v
+        }
+    }
+
+    pub struct Hub;
+
+    #[actor]
+    impl Hub {
+        fn echo(&mut self, t: &u64) -> u64 {
+            *t
+        }
+        fn split(&mut self, n: &u64) -> ::std::vec::Vec<u64> {
+            ::std::vec![*n, *n + 1]
+        }
+        fn sum(&mut self, all: &[u64]) -> u64 {
+            ::core::iter::Iterator::sum(::core::iter::IntoIterator::into_iter(all))
+        }
+    }
+
+    graph! {
+        /// Per-rank inputs, one rank's value, gather, scatter and a mixed output.
+        pub Shapes(cells: [Cell; 2], hubs: [Hub], by: PerRank<u64>) {
+            let t = cells.tick(by);
+            let one = hubs.echo(t[1]);
+            let s = hubs[0].split(one);
+            let parts = cells.echo_back(scatter(s));
+            let total = hubs[0].sum(gather(parts));
+            let every = hubs.sum(gather(t));
+            (parts, total, every)
+        }
+    }
+
     graph! {
         pub Ticks(counters: [Counter; 2], echoes: [Echo], by: u64) {
             let t = counters.tick(by);
@@ -137,4 +180,10 @@ pub fn main() {
     let mut t = no_prelude::Ticks::launch(counters, echoes, Cpu).unwrap();
     let out: ::std::vec::Vec<(u64, u64)> = t.execute(2).unwrap();
     assert_eq!(out, ::std::vec![(7, 2), (7, 7)]);
+
+    let cells = [no_prelude::Cell { calls: 0 }, no_prelude::Cell { calls: 5 }];
+    let hubs = ::std::vec![no_prelude::Hub, no_prelude::Hub];
+    let mut t = no_prelude::Shapes::launch(cells, hubs, Cpu).unwrap();
+    let out = t.execute(::std::vec![1, 2]).unwrap();
+    assert_eq!(out, ::std::vec![(7, ::core::option::Option::Some(15), 8), (8, ::core::option::Option::None, 8)]);
 }
