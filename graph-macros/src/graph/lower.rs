@@ -473,6 +473,7 @@ impl Lowerer<'_> {
             let k = self.check(self.values[p].ty.clone(), at, CheckKind::Send);
             tys.push(checked_type(k));
         }
+        ok &= self.output_ranks(&parts, &spans);
         ok.then_some(Output { parts, tys, tuple })
     }
 

@@ -550,3 +550,19 @@ fn misplaced_indices_gathers_and_scatters_are_reported() {
         ]
     );
 }
+
+#[test]
+fn a_value_of_one_actor_past_a_fixed_size_output_is_reported() {
+    let errs = errors(quote! {
+        G(w: [W; 2], c: [C; 4]) {
+            let l = w.loss();
+            let a = c[1].loss();
+            let b = c[2].loss();
+            (l, a, b)
+        }
+    });
+    assert_eq!(
+        errs,
+        ["`b` would be `Some` at rank 2, but this output has one entry per actor of group `w`, which has 2"]
+    );
+}

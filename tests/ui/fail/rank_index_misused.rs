@@ -1,6 +1,7 @@
 //! One rank's value and `gather` written where they cannot be: an index past a fixed-size
 //! group, an index of a value of one actor or of an input, `gather` to the whole group of
-//! its value or outside a call.
+//! its value or outside a call, and a value of one actor at a rank a fixed-size output
+//! does not have.
 use actorgraph::prelude::*;
 
 struct Worker;
@@ -28,6 +29,13 @@ graph! {
         let d = workers.all(gather(losses));
         let e = gather(losses);
         (a, b, c, d)
+    }
+
+    /// A value of `coord[3]` zipped with the two workers' values: no rank 3 in the output.
+    Late(workers: [Worker; 2], coord: [Worker; 4]) {
+        let l = workers.loss();
+        let c = coord[3].loss();
+        (l, c)
     }
 }
 

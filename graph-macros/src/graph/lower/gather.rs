@@ -5,6 +5,7 @@
 //! value to rank k). All are point-to-point edges (see `schedule`): no collective, no copy
 //! of the data.
 
+use proc_macro2::Span;
 use quote::ToTokens;
 use syn::spanned::Spanned;
 
@@ -186,6 +187,40 @@ impl Lowerer<'_> {
             vec![(format!("scatter({label})"), ty)],
         );
         Some(outs[0])
+    }
+
+    /// An output that zips the per-actor values of a group of known size with a value of
+    /// one actor of another group at a rank past that size: the launch-time
+    /// `Error::OutputRank`, known at compile time. Reported at the value; `false` then.
+    pub(super) fn output_ranks(&mut self, parts: &[ValueId], spans: &[Span]) -> bool {
+        let places: Vec<Option<Place>> = parts.iter().map(|&p| self.values[p].place()).collect();
+        let zipped = places.iter().find_map(|p| match p {
+            Some(Place::Group(g)) => Some(*g),
+            _ => None,
+        });
+        let Some((zipped, size)) = zipped.and_then(|g| match &self.groups[g].size {
+            Some((_, Some(n))) => Some((g, *n)),
+            _ => None,
+        }) else {
+            return true;
+        };
+        let mut ok = true;
+        for ((&p, place), &at) in parts.iter().zip(&places).zip(spans) {
+            // A group that gives a per-actor value too is zipped (sizes checked at launch).
+            let Some(Place::Actor(g, k)) = *place else {
+                continue;
+            };
+            let zipped_too = places.contains(&Some(Place::Group(g)));
+            if g != zipped && !zipped_too && k >= size {
+                let (label, name) = (&self.values[p].label, &self.groups[zipped].name);
+                self.diag.error(
+                    at,
+                    format!("`{label}` would be `Some` at rank {k}, but this output has one entry per actor of group `{name}`, which has {size}"),
+                );
+                ok = false;
+            }
+        }
+        ok
     }
 
     /// `gather(..)` or `scatter(..)` anywhere but as a method's argument.
