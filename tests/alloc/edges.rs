@@ -57,20 +57,39 @@ fn steady_state_edges_allocate_nothing_on_the_actors() {
     drop(held);
 }
 
+struct Sum;
+
+#[actor]
+impl Sum {
+    fn total(&mut self, all: &[Tensor<f32>]) -> f32 {
+        count_this_thread();
+        all.iter().map(|t| t.as_slice()[0]).sum()
+    }
+}
+
 graph! {
-    /// A per-rank input, one rank's value read by a group of another size, and an output
-    /// mixing the two groups.
-    Ranked(first: [Echo], second: [Echo], a: PerRank<Tensor<f32>>) {
+    /// A per-rank input, one rank's value read by a group of another size, gathers to one
+    /// actor and to a group, and an output mixing the groups.
+    Ranked(first: [Echo], second: [Echo], sums: [Sum], a: PerRank<Tensor<f32>>) {
         let x = first.echo(a);
         let y = second.echo(x[1]);
-        (y, x[0])
+        let one = second[2].echo(y);
+        let n = sums[0].total(gather(x));
+        let m = sums.total(gather(x));
+        (y, x[0], one, n, m)
     }
 }
 
 #[test]
-fn steady_state_per_rank_inputs_and_one_ranks_value_allocate_nothing_on_the_actors() {
+fn steady_state_per_rank_inputs_one_ranks_value_and_gathers_allocate_nothing_on_the_actors() {
     let _turn = turn();
-    let mut g = Ranked::launch(vec![Echo, Echo], vec![Echo, Echo, Echo], Cpu).unwrap();
+    let mut g = Ranked::launch(
+        vec![Echo, Echo],
+        vec![Echo, Echo, Echo],
+        vec![Sum, Sum, Sum],
+        Cpu,
+    )
+    .unwrap();
     let a = Tensor::full([1000], 1.0f32);
     let b = Tensor::full([1000], 2.0f32);
     for _ in 0..10 {
@@ -81,6 +100,7 @@ fn steady_state_per_rank_inputs_and_one_ranks_value_allocate_nothing_on_the_acto
         let out = g.execute(vec![a.clone(), b.clone()]).unwrap();
         assert_eq!(out[2].0.as_slice()[0], 2.0);
         assert!(out[0].1.is_some() && out[2].1.is_none());
+        assert_eq!((out[0].3, out[2].4), (Some(3.0), 3.0));
     }
     assert_eq!(
         counted() - before,

@@ -7,7 +7,7 @@
 //! calls and stages, and moved at their last use by whatever needs them owned (a send, a
 //! tuple, the output), cloned before that.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -54,6 +54,8 @@ struct Gen<'a> {
     uses: HashMap<Local, usize>,
     /// The group's synchronizations in order, for the runtime's failure path.
     sync: Vec<TokenStream>,
+    /// Locals moved at their last use (the others live to the end of the step).
+    moved: HashSet<Local>,
 }
 
 /// The step function of group `p.index` and its schedule of synchronizations (the
@@ -66,6 +68,7 @@ pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStrea
         group: p.index,
         uses: HashMap::new(),
         sync: Vec::new(),
+        moved: HashSet::new(),
     };
     gen.count_uses(p);
     let body: Vec<TokenStream> = sched
@@ -73,6 +76,7 @@ pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStrea
         .map(|item| gen.item(item))
         .collect();
     let result = gen.result(p);
+    let recycle = gen.recycle();
 
     let decl = &g.groups[p.index];
     let actor = &decl.actor;
@@ -91,7 +95,9 @@ pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStrea
         ) -> #rt::Result<#out_ty, #rt::Error> {
             #(#bind_inputs)*
             #(#body)*
-            #rt::Result::Ok(#result)
+            let __result = #result;
+            #(#recycle)*
+            #rt::Result::Ok(__result)
         }
     };
     (f, quote!(&[#(#sync),*]))
@@ -170,7 +176,7 @@ impl Gen<'_> {
     /// `Option`; `own_held` gives the value itself.
     fn own(&mut self, l: Local, at: Span) -> TokenStream {
         let id = at_user(&self.borrow(l), at);
-        if self.uses.get(&l).copied().unwrap_or(0) == 0 {
+        if self.last_use(l) {
             quote!(#id)
         } else {
             quote_spanned!(at=> ::core::clone::Clone::clone(&#id))
@@ -182,7 +188,7 @@ impl Gen<'_> {
     fn own_sent(&mut self, l: Local, at: Span) -> TokenStream {
         let rt = rt::local();
         let id = at_user(&self.borrow(l), at);
-        if self.uses.get(&l).copied().unwrap_or(0) == 0 {
+        if self.last_use(l) {
             quote!(#id)
         } else {
             respan(quote!(#rt::clone_value(&#id)), at)
@@ -194,11 +200,46 @@ impl Gen<'_> {
     fn own_held(&mut self, l: Local, at: Span) -> TokenStream {
         let rt = rt::local();
         let id = at_user(&self.borrow(l), at);
-        if self.uses.get(&l).copied().unwrap_or(0) == 0 {
+        if self.last_use(l) {
             quote!(__ctx.take_held(#id)?)
         } else {
             respan(quote!(#rt::clone_value(__ctx.held(&#id)?)), at)
         }
+    }
+
+    /// Whether the use just counted was `l`'s last: it is moved there.
+    fn last_use(&mut self, l: Local) -> bool {
+        let last = self.uses.get(&l).copied().unwrap_or(0) == 0;
+        if last {
+            self.moved.insert(l);
+        }
+        last
+    }
+
+    /// Each gathered `Vec` the step did not move, handed back to its edge at the end of
+    /// the step, for the next round's values (no allocation per execution).
+    fn recycle(&self) -> Vec<TokenStream> {
+        let rt = rt::path();
+        let g = self.g;
+        g.ops
+            .iter()
+            .enumerate()
+            .filter(|(_, op)| op.group() == self.group)
+            .filter(|(_, op)| matches!(op.kind, OpKind::Gather { .. }))
+            .filter(|(_, op)| !self.moved.contains(&Local::Value(op.outs[0])))
+            .map(|(i, op)| {
+                let e = syn::Index::from(self.sched.carried[&i]);
+                let id = &g.values[op.outs[0]].ident;
+                match op.place {
+                    Place::Actor(..) => quote! {
+                        if let #rt::Option::Some(__gathered) = #id {
+                            __ctx.recycle(&*__links.#e, __gathered);
+                        }
+                    },
+                    Place::Group(_) => quote!(__ctx.recycle(&*__links.#e, #id);),
+                }
+            })
+            .collect()
     }
 
     /// Whether a local holds `Option<T>` (a value of one actor) rather than `T`.

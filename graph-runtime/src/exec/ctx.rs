@@ -172,6 +172,14 @@ impl<C: Communicator> StepCtx<C> {
         got.map_err(|e| self.recv_error(edge, e))
     }
 
+    /// Hands a gather's `Vec`, read and no longer needed, back to its `edge`: the next
+    /// round's values go into it, so a steady gather allocates nothing. (Generated code
+    /// recycles every gathered `Vec` that the step did not move elsewhere.)
+    #[inline]
+    pub fn recycle<T: Send + 'static>(&self, edge: &Edge<T>, values: Vec<T>) {
+        edge.recycle(values);
+    }
+
     #[cold]
     fn recv_error<T>(&self, edge: &Edge<T>, e: RecvError) -> Error {
         match e {

@@ -278,6 +278,10 @@ pub struct Edge<T> {
     from_group: &'static str,
     route: Route,
     slots: Box<[Slot<T>]>,
+    /// A gather's `Vec`s handed back by their consumers once read (see
+    /// [`StepCtx::recycle`](crate::exec::StepCtx::recycle)), for the next round: at most one
+    /// per consumer, room made at creation, so steady state allocates nothing.
+    spares: Mutex<Vec<Vec<T>>>,
 }
 
 impl<T> Edge<T> {
@@ -299,6 +303,25 @@ impl<T: Send + 'static> Edge<T> {
             from_group,
             route,
             slots: (0..route.slots(consumers)).map(|_| Slot::new()).collect(),
+            spares: Mutex::new(Vec::with_capacity(match route {
+                Route::Gather { .. } => 1,
+                Route::GatherAll { .. } => consumers,
+                _ => 0,
+            })),
+        }
+    }
+
+    fn spares(&self) -> crate::sync::prims::MutexGuard<'_, Vec<Vec<T>>> {
+        // Plain data; a panic elsewhere cannot leave it half-written.
+        self.spares.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps a gather's `Vec` (emptied) for the next round, if there is room.
+    pub(crate) fn recycle(&self, mut values: Vec<T>) {
+        values.clear();
+        let mut spares = self.spares();
+        if spares.len() < spares.capacity() {
+            spares.push(values);
         }
     }
 
@@ -391,7 +414,9 @@ impl<T: Send + 'static> Edge<T> {
             // Generated code never asks a rank that gathers nothing.
             return Err(RecvError::Aborted);
         };
-        let mut values = Vec::with_capacity(slots.len());
+        // A recycled `Vec` has the room already: no allocation after the first rounds.
+        let mut values = self.spares().pop().unwrap_or_default();
+        values.reserve(slots.len());
         let mut failed = None;
         for slot in slots {
             let got = if Some(slot) == kept {
@@ -582,6 +607,25 @@ mod tests {
         }
         assert_eq!(e.recv_gather(0, 3, None).unwrap(), [10, 11, 12]);
         assert_eq!(e.recv_gather(1, 3, None).unwrap(), [10, 11, 12]);
+    }
+
+    #[test]
+    fn a_recycled_gather_vec_takes_the_next_rounds_values() {
+        let mut links = Links::new();
+        let e = links.edge::<u8>("l", "w", Route::Gather { to: 0, keep: false }, 2);
+        e.send(0, 1, 1).unwrap();
+        e.send(1, 1, 2).unwrap();
+        let first = e.recv_gather(0, 1, None).unwrap();
+        let buffer = first.as_ptr();
+        e.recycle(first);
+        e.send(0, 2, 3).unwrap();
+        e.send(1, 2, 4).unwrap();
+        let second = e.recv_gather(0, 2, None).unwrap();
+        assert_eq!((second.as_slice(), second.as_ptr()), (&[3, 4][..], buffer));
+        // No room for a second spare: it is dropped, not kept.
+        e.recycle(vec![9]);
+        e.recycle(second);
+        assert_eq!(e.spares().len(), 1);
     }
 
     #[test]
