@@ -11,6 +11,7 @@ mod error;
 mod exec;
 #[cfg(feature = "nccl")]
 mod gpu;
+mod interop;
 mod method;
 #[cfg(feature = "nccl")]
 pub mod nccl;
@@ -26,6 +27,14 @@ pub use tensor::Tensor;
 
 /// The `half` crate, whose `f16` and `bf16` are element types.
 pub use half;
+
+/// The `ndarray` crate (feature `ndarray`), whose arrays go through collectives.
+#[cfg(feature = "ndarray")]
+pub use ndarray;
+
+/// The `candle-core` crate (feature `candle`), whose CPU tensors go through collectives.
+#[cfg(feature = "candle")]
+pub use candle_core;
 
 // The items of `__private` that compiler messages about a user's graph can name (an
 // unknown method, a type that is not an actor, an unmet bound) are also here, hidden, so

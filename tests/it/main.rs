@@ -17,6 +17,8 @@ mod attach;
 mod collectives;
 mod failures;
 mod groups;
+#[cfg(feature = "ndarray")]
+mod interop_ndarray;
 mod parts;
 mod pipeline;
 mod readme;
