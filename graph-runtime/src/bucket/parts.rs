@@ -23,6 +23,56 @@ use crate::{Element, Error};
 
 /// Lays out a value's parts: one slot per part, in order (see
 /// [`Bucketable::add_parts`]).
+///
+/// `#[derive(Bucketable)]` writes these walks for a struct; by hand, for a value whose
+/// parts are not its fields, they read:
+///
+/// ```
+/// use actorgraph::prelude::*;
+/// use actorgraph::{Hand, Layout, Parts, Reduced};
+///
+/// /// Weights and their step count; only the weights travel.
+/// struct Params { weights: Vec<Tensor<f32>>, steps: usize }
+///
+/// impl Bucketable for Params {
+///     type Elem = u8; // no elements of its own: the stage walks its parts
+///     fn bucket_len(&self) -> usize { 0 }
+///     fn pack(&self, _: &mut [u8]) {}
+///     fn unpack(&self, _: Reduced<'_, u8>) -> Self {
+///         self.unpack_parts(&mut Parts::detached())
+///     }
+///     fn add_parts(&self, layout: &mut Layout<'_>) {
+///         layout.add(&self.weights);
+///     }
+///     fn hand_parts<'v>(&'v self, hand: &mut Hand<'_, 'v>) {
+///         hand.add(&self.weights);
+///     }
+///     fn unpack_parts(&self, parts: &mut Parts<'_>) -> Self {
+///         Params { weights: parts.unpack(&self.weights), steps: self.steps }
+///     }
+/// }
+///
+/// struct Worker(f32);
+///
+/// #[actor]
+/// impl Worker {
+///     fn params(&mut self) -> Params {
+///         Params { weights: vec![Tensor::full([2], self.0); 3], steps: 7 }
+///     }
+/// }
+///
+/// graph! {
+///     G(workers: [Worker]) {
+///         let p = workers.params();
+///         allreduce(p, Max)
+///     }
+/// }
+///
+/// let mut g = G::launch(vec![Worker(1.0), Worker(2.0)], Cpu)?;
+/// let p = &g.execute()?[0];
+/// assert_eq!((p.weights[2].to_vec(), p.steps), (vec![2.0; 2], 7));
+/// # Ok::<(), actorgraph::Error>(())
+/// ```
 pub struct Layout<'a> {
     pub(super) st: &'a mut FusedStage,
     /// The stage concatenates along the first dimension (`allgather`), which the
@@ -304,4 +354,138 @@ fn detached<T: Bucketable, R>(value: &T, f: impl FnOnce(Reduced<'_, T::Elem>) ->
         offset: 0,
         len,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::{reduce_reference, Backend, Collective};
+    use crate::{Cpu, ReduceOp, Tensor};
+
+    /// Runs `f` on `n` ranks of a CPU group, each with its own stage; their results.
+    fn on_ranks<R: Send + 'static>(
+        n: usize,
+        f: impl Fn(usize, &mut FusedStage, &mut crate::comm::CpuComm) -> R + Send + Sync + 'static,
+    ) -> Vec<R> {
+        let f = Arc::new(f);
+        let comms = Cpu.communicators(n).unwrap();
+        let threads: Vec<_> = comms
+            .into_iter()
+            .enumerate()
+            .map(|(rank, mut comm)| {
+                let f = Arc::clone(&f);
+                std::thread::spawn(move || f(rank, &mut FusedStage::new("parts"), &mut comm))
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    fn list(rank: usize, n: usize) -> Vec<Tensor<f32>> {
+        (0..n)
+            .map(|k| Tensor::from_vec(vec![(rank * 3 + k) as f32; k + 1], [k + 1]).unwrap())
+            .collect()
+    }
+
+    /// A list's items are lent in place, one slot each, and come back as views of the
+    /// stage's buffer, reduced like each tensor alone.
+    #[test]
+    fn a_lent_list_reduces_item_by_item() {
+        let results = on_ranks(2, |rank, st, comm| {
+            let (l, s) = (list(rank, 3), rank as f64 + 0.5);
+            st.begin();
+            let (at_l, at_s) = (st.add(&l), st.add(&s));
+            assert_eq!(
+                (at_l.parts, at_s.parts),
+                (4, 1),
+                "the length, then each item"
+            );
+            st.prepare();
+            st.lend(&l, at_l);
+            st.lend(&s, at_s);
+            st.run(comm, Collective::AllReduce(ReduceOp::Sum), "g")
+                .unwrap();
+            let out = st.output(&l, at_l);
+            assert!(out[0].shares_storage(&out[2]));
+            let out: Vec<Vec<f32>> = out.iter().map(Tensor::to_vec).collect();
+            (out, st.output(&s, at_s))
+        });
+        for (out, s) in &results {
+            for (k, got) in out.iter().enumerate() {
+                let (a, b) = (list(0, 3), list(1, 3));
+                let want = reduce_reference(&[a[k].as_slice(), b[k].as_slice()], ReduceOp::Sum);
+                assert_eq!(got, &want);
+            }
+            assert_eq!(*s, 2.0);
+        }
+    }
+
+    /// Lists of different lengths disagree at their length's slot, before any item.
+    #[test]
+    fn lists_of_different_lengths_disagree_at_their_length() {
+        let results = on_ranks(2, |rank, st, comm| {
+            let l = list(rank, 1 + rank);
+            st.name_values(&["l"]);
+            st.begin();
+            let at = st.add_gather(&l);
+            st.prepare();
+            st.lend(&l, at);
+            st.run(comm, Collective::AllGather, "g").map(|_| ())
+        });
+        for r in results {
+            match r {
+                Err(Error::ShapeMismatch {
+                    value: "l",
+                    slot: 0,
+                    shapes,
+                    ..
+                }) => assert_eq!(shapes, [[0, 1], [0, 2]]),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// A value whose walks disagree (it hands fewer parts than it laid out) makes `run`
+    /// fail on its rank and its peer skip the stage.
+    #[test]
+    fn a_value_that_hands_fewer_parts_than_it_laid_out_fails_the_stage() {
+        struct Liar(Vec<Tensor<f32>>);
+        impl Bucketable for Liar {
+            type Elem = u8;
+            fn bucket_len(&self) -> usize {
+                0
+            }
+            fn pack(&self, _: &mut [u8]) {}
+            fn unpack(&self, _: Reduced<'_, u8>) -> Self {
+                Liar(Vec::new())
+            }
+            fn add_parts(&self, layout: &mut Layout<'_>) {
+                self.0.iter().for_each(|t| layout.add(t));
+            }
+            fn hand_parts<'v>(&'v self, hand: &mut Hand<'_, 'v>) {
+                hand.add(&self.0[0]);
+            }
+        }
+        let results = on_ranks(2, |rank, st, comm| {
+            let v = Liar(list(rank, 2));
+            st.begin();
+            let at = st.add(&v);
+            st.prepare();
+            st.lend(&v, at);
+            st.run(comm, Collective::AllReduce(ReduceOp::Sum), "g")
+                .map(|_| ())
+        });
+        for r in results {
+            assert!(matches!(r, Err(Error::Backend(_))), "{r:?}");
+        }
+    }
+
+    /// Without a stage, a part's result is a copy of the part.
+    #[test]
+    fn detached_results_are_copies() {
+        let l = list(1, 2);
+        let copy = Parts::detached().unpack(&l);
+        assert_eq!(copy, l);
+        assert!(!copy[0].shares_storage(&l[0]));
+        assert_eq!(Parts::detached().gather(&l), l);
+    }
 }
