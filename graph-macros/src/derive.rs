@@ -56,7 +56,10 @@ impl Item {
         let mut where_c: WhereClause = where_c.cloned().unwrap_or_else(|| parse_quote!(where));
         for (_, ty) in &self.fields {
             let b = bound(ty);
-            where_c.predicates.push(parse_quote!(#ty: #b));
+            // At the field: rustc reports an unmet bound of a concrete type there.
+            where_c
+                .predicates
+                .push(syn::parse_quote_spanned!(ty.span()=> #ty: #b));
         }
         quote! {
             #[automatically_derived]
