@@ -78,6 +78,16 @@ pub use graph_macros::graph;
 
 pub use graph_runtime::*;
 
+/// Derives [`Bucketable`](trait@Bucketable) for a struct; see the reference,
+/// [`reference::collectives`].
+///
+// (rustdoc puts these lines before the macro's own docs, from `graph-macros`.)
+pub use graph_macros::Bucketable;
+/// Derives [`Gather`](trait@Gather) for a struct.
+pub use graph_macros::Gather;
+/// Derives [`Scatter`](trait@Scatter) for a struct.
+pub use graph_macros::Scatter;
+
 pub mod reference;
 
 /// Everything a graph author needs: the macros, tensors, backends, reduce ops and the

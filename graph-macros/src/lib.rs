@@ -3,6 +3,7 @@
 //! reference (`actorgraph::reference`) holds the grammar and the rules.
 
 mod actor;
+mod derive;
 mod diag;
 mod graph;
 mod rt;
@@ -22,4 +23,27 @@ pub fn actor(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro]
 pub fn graph(input: TokenStream) -> TokenStream {
     graph::expand(input.into()).into()
+}
+
+/// Derives `Bucketable` for a struct: each field (a tensor, a scalar, a `Vec`, an array,
+/// another derived struct) is a part of the value, in its own dtype's region of the stage,
+/// read in place where it can be; the result is the struct of the fields' results, views
+/// of the stage's buffer for tensors. See `actorgraph::Bucketable`.
+#[proc_macro_derive(Bucketable)]
+pub fn derive_bucketable(input: TokenStream) -> TokenStream {
+    derive::bucketable(input.into()).into()
+}
+
+/// Derives `Gather` (and `GatherList`) for a struct whose fields each gather into their
+/// own type (tensors, arrays): the gathered struct holds each field gathered on its own.
+#[proc_macro_derive(Gather)]
+pub fn derive_gather(input: TokenStream) -> TokenStream {
+    derive::gather(input.into()).into()
+}
+
+/// Derives `Scatter` for a struct whose fields each scatter (tensors, arrays, `Vec`s):
+/// each field is split along its rows on its own.
+#[proc_macro_derive(Scatter)]
+pub fn derive_scatter(input: TokenStream) -> TokenStream {
+    derive::scatter(input.into()).into()
 }

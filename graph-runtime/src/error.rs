@@ -357,6 +357,11 @@ pub enum Error {
     /// communicator, or read as a host slice, or a tensor of another GPU than the actor's.
     #[error("{0}")]
     Placement(String),
+
+    /// A value whose type a collective takes, but whose run-time kind it cannot: a candle
+    /// tensor of a dtype that has no actorgraph element type (feature `candle`).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 fn fmt_method(method: &Option<&'static str>) -> String {

@@ -11,13 +11,14 @@ mod error;
 mod exec;
 #[cfg(feature = "nccl")]
 mod gpu;
+mod interop;
 mod method;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 mod sync;
 mod tensor;
 
-pub use bucket::{Bucketable, Gather, Reduced, Scatter};
+pub use bucket::{Bucketable, Gather, GatherList, Hand, Layout, Parts, Reduced, Scatter};
 pub use comm::{Backend, Communicator, Cpu, ReduceOp};
 pub use element::{DType, Element};
 pub use error::{BoxError, Error};
@@ -26,6 +27,14 @@ pub use tensor::Tensor;
 
 /// The `half` crate, whose `f16` and `bf16` are element types.
 pub use half;
+
+/// The `ndarray` crate (feature `ndarray`), whose arrays go through collectives.
+#[cfg(feature = "ndarray")]
+pub use ndarray;
+
+/// The `candle-core` crate (feature `candle`), whose CPU tensors go through collectives.
+#[cfg(feature = "candle")]
+pub use candle_core;
 
 // The items of `__private` that compiler messages about a user's graph can name (an
 // unknown method, a type that is not an actor, an unmet bound) are also here, hidden, so
@@ -51,7 +60,9 @@ pub mod __private {
         Actor, Checked, Fallible, Fields, Input, Method, MethodCall, MethodId, MethodInfo,
         RankInput, Sendable, Signature, Split, Valid,
     };
-    pub use crate::{BoxError, Bucketable, Error, Gather};
+    pub use crate::{
+        BoxError, Bucketable, Error, Gather, GatherList, Hand, Layout, Parts, Reduced, Scatter,
+    };
     pub use std::convert::From;
     pub use std::default::Default;
     pub use std::marker::PhantomData;
@@ -170,7 +181,8 @@ pub mod __private {
         type Type;
     }
 
-    /// `Fields<N>` and `TupleField<I>` for the tuples of 1 to 12 fields. Each entry of the
+    /// `Fields<N>` and `TupleField<I>` for the tuples of 1 to 24 fields (std's traits stop
+    /// at 12, but a method that returns a model's gradients may return more). Each entry of the
     /// list is a field: the arity of the tuple it ends, its index, its type parameter.
     /// (Literal arities: rustc names a computed one by its path in error messages.)
     macro_rules! tuples {
@@ -195,6 +207,8 @@ pub mod __private {
         };
     }
     tuples!(@prefixes []
-        1 0 A, 2 1 B, 3 2 C, 4 3 D, 5 4 E, 6 5 F, 7 6 G, 8 7 H, 9 8 I, 10 9 J, 11 10 K, 12 11 L
+        1 0 A, 2 1 B, 3 2 C, 4 3 D, 5 4 E, 6 5 F, 7 6 G, 8 7 H, 9 8 I, 10 9 J, 11 10 K, 12 11 L,
+        13 12 M, 14 13 N, 15 14 O, 16 15 P, 17 16 Q, 18 17 R, 19 18 S, 20 19 T, 21 20 U,
+        22 21 V, 23 22 W, 24 23 X
     );
 }

@@ -10,6 +10,8 @@
 //! | [`errors`] | every compile-time and run-time error |
 //! | [`failures`] | failure semantics: agreement, root causes, timeouts, teardown, soundness |
 //! | `nccl` | the NCCL backend: GPUs, device tensors, requirements, the GPU check (feature `nccl`) |
+//! | `ndarray` | ndarray arrays in buckets; zero-copy conversions with `Tensor` (feature `ndarray`) |
+//! | `candle` | candle tensors (CPU) in buckets (feature `candle`) |
 //!
 //! These modules hold documentation only.
 
@@ -34,3 +36,11 @@ pub mod failures {}
 #[cfg(feature = "nccl")]
 #[doc = include_str!("../../docs/nccl.md")]
 pub mod nccl {}
+
+#[cfg(feature = "ndarray")]
+#[doc = include_str!("ndarray.md")]
+pub mod ndarray {}
+
+#[cfg(feature = "candle")]
+#[doc = include_str!("candle.md")]
+pub mod candle {}

@@ -17,6 +17,11 @@ mod attach;
 mod collectives;
 mod failures;
 mod groups;
+#[cfg(feature = "candle")]
+mod interop_candle;
+#[cfg(feature = "ndarray")]
+mod interop_ndarray;
+mod parts;
 mod per_rank;
 mod pipeline;
 mod rank_ctx;

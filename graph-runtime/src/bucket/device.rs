@@ -236,6 +236,23 @@ impl FusedStage {
         }
     }
 
+    /// Device mode's [`pack_slice`](FusedStage::pack_slice): copies host elements to
+    /// their place in the device buffer.
+    pub(super) fn pack_device_slice<E: Element>(&mut self, data: &[E], at: SlotIdx) {
+        if self.failed.is_some() || at.len == 0 {
+            return;
+        }
+        let result = match (self.device.as_ref(), self.inputs.get::<E>()) {
+            (Some(device), Some(region)) => {
+                region.upload(at.offset..at.offset + at.len, data, device.stream())
+            }
+            _ => Err(missing_buffer()),
+        };
+        if let Err(e) = result {
+            self.failed = Some(e);
+        }
+    }
+
     fn try_pack_device<T: Bucketable>(&mut self, value: &T, at: SlotIdx) -> Result<(), Error> {
         let (Some(device), Some(region)) = (self.device.as_ref(), self.inputs.get::<T::Elem>())
         else {

@@ -32,6 +32,12 @@ impl FusedStage {
         }
     }
 
+    pub(super) fn pack_device_slice<E: crate::Element>(&mut self, _: &[E], _: SlotIdx) {
+        if let Some(device) = self.device {
+            match device {}
+        }
+    }
+
     pub(super) fn run_device<C: Communicator>(
         &mut self,
         _: &mut C,

@@ -206,6 +206,10 @@ pub struct SlotIdx {
     pub(super) len: usize,
     /// The value is on a GPU: its result is a view of the device buffer.
     pub(super) device: bool,
+    /// How many slots the value takes, from `slot` on: 1 for a value of one part (then
+    /// `offset`, `len` and `device` are that part's), more or none for a value made of
+    /// parts (see `parts.rs`).
+    pub(super) parts: usize,
 }
 
 impl SlotIdx {
@@ -216,5 +220,6 @@ impl SlotIdx {
         offset: 0,
         len: 0,
         device: false,
+        parts: 0,
     };
 }

@@ -1,8 +1,11 @@
 //! [`FusedStage`]: one fused collective stage on one rank, driven in a fixed sequence
 //! (begin, add, prepare, pack, run, output) and kept across executions.
 
+use std::marker::PhantomData;
+
 use super::device::{device_of, on_device, Device};
-use super::region::{Region, Regions, SlotIdx};
+use super::parts::{Hand, Layout, Parts};
+use super::region::{Regions, SlotIdx};
 use super::{Bucketable, Gather, Scatter};
 use crate::comm::{
     Collective, Communicator, Disagreement, Header, SharedBuffers, SlotData, SlotDesc, StageError,
@@ -30,6 +33,8 @@ pub(super) struct Place {
     pub(super) idx: SlotIdx,
     pub(super) dtype: DType,
     handed: bool,
+    /// The value this slot is a part of, by its position in the bucket.
+    value: usize,
 }
 
 /// The state of one fused collective stage on one rank, kept across executions.
@@ -58,6 +63,8 @@ pub struct FusedStage {
     pub(super) places: Vec<Place>,
     /// How many of them were handed in this execution.
     pub(super) handed: usize,
+    /// How many values were added in this execution (a value may take several slots).
+    value_count: usize,
     /// An error found before `run` (a failed device copy, a value on the wrong GPU, a call
     /// out of order): `run` reports it, after joining the stage as failed so that no peer
     /// waits.
@@ -93,6 +100,7 @@ impl FusedStage {
             dims: Vec::new(),
             places: Vec::new(),
             handed: 0,
+            value_count: 0,
             failed: None,
             device: None,
             data: Vec::new(),
@@ -121,6 +129,7 @@ impl FusedStage {
         self.dims.clear();
         self.places.clear();
         self.handed = 0;
+        self.value_count = 0;
         self.data.clear();
         self.failed = None;
         self.inputs.reset();
@@ -172,31 +181,102 @@ impl FusedStage {
             offset,
             len,
             device,
+            parts: 1,
         };
         self.places.push(Place {
             idx,
             dtype,
             handed: false,
+            value: self.value_count,
         });
         self.data.push(SlotData::packed(dtype, len));
         idx
     }
 
-    /// Appends a value to the layout and returns its place.
+    /// Appends a value, with all its parts, to the layout and returns its place.
     pub fn add<T: Bucketable>(&mut self, value: &T) -> SlotIdx {
-        let (dtype, len) = (<T::Elem as Element>::DTYPE, value.bucket_len());
-        self.push_slot((dtype, len, len), value.shape(), on_device(value))
+        let first = self.slots.len();
+        value.add_parts(&mut Layout {
+            st: self,
+            gather: false,
+        });
+        self.added(first)
     }
 
     /// [`add`](Self::add) for `allgather`.
     pub fn add_gather<T: Gather>(&mut self, value: &T) -> SlotIdx {
-        self.add(value)
+        let first = self.slots.len();
+        value.add_parts(&mut Layout {
+            st: self,
+            gather: true,
+        });
+        self.added(first)
     }
 
-    /// [`add`](Self::add) for `reducescatter`: the header carries the value's rows too.
+    /// [`add`](Self::add) for `reducescatter`: the header carries each part's rows too.
     pub fn add_scatter<T: Scatter>(&mut self, value: &T) -> SlotIdx {
+        let first = self.slots.len();
+        value.add_scatter_parts(&mut Layout {
+            st: self,
+            gather: false,
+        });
+        self.added(first)
+    }
+
+    /// The place of the value whose parts took the slots from `first` on: its one part's,
+    /// or the range of its parts.
+    #[inline]
+    fn added(&mut self, first: usize) -> SlotIdx {
+        self.value_count += 1;
+        match self.slots.len() - first {
+            1 => self.places[first].idx,
+            parts => SlotIdx {
+                slot: first,
+                offset: 0,
+                len: 0,
+                device: false,
+                parts,
+            },
+        }
+    }
+
+    /// Appends one part, a value's own elements, to the layout.
+    #[inline]
+    pub(super) fn add_leaf<T: Bucketable>(&mut self, value: &T) {
         let (dtype, len) = (<T::Elem as Element>::DTYPE, value.bucket_len());
-        self.push_slot((dtype, len, value.rows()), value.shape(), on_device(value))
+        self.push_slot((dtype, len, len), value.shape(), on_device(value));
+    }
+
+    /// [`add_leaf`](Self::add_leaf) for `reducescatter`.
+    #[inline]
+    pub(super) fn add_scatter_leaf<T: Scatter>(&mut self, value: &T) {
+        let (dtype, len) = (<T::Elem as Element>::DTYPE, value.bucket_len());
+        self.push_slot((dtype, len, value.rows()), value.shape(), on_device(value));
+    }
+
+    /// Appends a part of `len` host elements of `E` to the layout.
+    pub(super) fn add_raw<E: Element>(&mut self, len: usize, rows: usize, shape: &[usize]) {
+        self.push_slot((E::DTYPE, len, rows), shape, false);
+    }
+
+    /// Refuses a value during the layout: `run` reports `error` (the first one).
+    pub(super) fn refuse(&mut self, error: Error) {
+        self.failed.get_or_insert(error);
+    }
+
+    /// Slot `slot`'s place; none if the layout has no such slot.
+    #[inline]
+    pub(super) fn slot_at(&self, slot: usize) -> SlotIdx {
+        self.places.get(slot).map_or(SlotIdx::NONE, |p| p.idx)
+    }
+
+    /// The element type of the slot at `at`, if the layout has it.
+    #[inline]
+    pub(super) fn slot_dtype(&self, at: SlotIdx) -> Option<DType> {
+        self.places
+            .get(at.slot)
+            .filter(|p| p.idx == at)
+            .map(|p| p.dtype)
     }
 
     /// Ends the layout phase: `false` (and the misuse noted) when it was not in it.
@@ -251,8 +331,31 @@ impl FusedStage {
         }
     }
 
-    /// Copies a value into its place.
+    /// Copies a value, with all its parts, into its place.
     pub fn pack<T: Bucketable>(&mut self, value: &T, at: SlotIdx) {
+        self.hand_value(value, at, false)
+    }
+
+    /// Hands each part of `value` to the slots `add` gave it, lent or copied; notes a
+    /// value that handed another number of parts than it laid out.
+    #[inline]
+    fn hand_value<T: Bucketable>(&mut self, value: &T, at: SlotIdx, lend: bool) {
+        let end = at.slot.saturating_add(at.parts);
+        let mut hand = Hand {
+            st: self,
+            next: at.slot,
+            end,
+            lend,
+            values: PhantomData,
+        };
+        value.hand_parts(&mut hand);
+        if hand.next != end {
+            self.misuse(format_args!("a value handed other parts than it laid out"));
+        }
+    }
+
+    /// Copies one part, a value's own elements, into its place.
+    pub(super) fn pack_leaf<T: Bucketable>(&mut self, value: &T, at: SlotIdx) {
         if !self.hand::<T::Elem>(at) {
             return;
         }
@@ -279,17 +382,45 @@ impl FusedStage {
         }
     }
 
-    /// Lends the value's elements in place when it has them contiguously, else packs it.
+    /// Copies a part's elements, `data`, into its place.
+    pub(super) fn pack_slice<E: Element>(&mut self, data: &[E], at: SlotIdx) {
+        if !self.hand::<E>(at) {
+            return;
+        }
+        if self.device.is_some() {
+            return self.pack_device_slice(data, at);
+        }
+        let Some(region) = self.inputs.get::<E>() else {
+            return;
+        };
+        match region.slice_mut().get_mut(at.offset..at.offset + at.len) {
+            Some(dst) if dst.len() == data.len() => {
+                dst.copy_from_slice(data);
+                self.data[at.slot] = SlotData::packed(E::DTYPE, at.len);
+            }
+            _ => self.misuse(format_args!(
+                "a part handed another number of elements than it laid out"
+            )),
+        }
+    }
+
+    /// Lends each part's elements in place when it has them contiguously, else packs it.
     ///
     /// Only `Stage::pack` calls this (and tests, with values that outlive the stage): its
     /// borrow of `value` lasts until the `Stage` is dropped, which is what makes the
-    /// pointer kept here valid when the communicator reads it.
+    /// pointers kept here valid when the communicator reads them.
     pub(crate) fn lend<T: Bucketable>(&mut self, value: &T, at: SlotIdx) {
+        self.hand_value(value, at, true)
+    }
+
+    /// [`lend`](Self::lend) of one part, a value's own elements. Its caller, [`Hand`],
+    /// borrows every part for as long as `lend`'s caller borrows the value.
+    pub(super) fn lend_leaf<T: Bucketable>(&mut self, value: &T, at: SlotIdx) {
         if at.device {
-            return self.pack(value, at);
+            return self.pack_leaf(value, at);
         }
         if self.device.is_some() {
-            return self.pack(value, at);
+            return self.pack_leaf(value, at);
         }
         match value.elements() {
             Some(elements) if elements.len() == at.len => {
@@ -301,7 +432,7 @@ impl FusedStage {
                     self.data[at.slot] = unsafe { SlotData::new(elements).extend() };
                 }
             }
-            _ => self.pack(value, at),
+            _ => self.pack_leaf(value, at),
         }
     }
 
@@ -415,11 +546,9 @@ impl FusedStage {
     }
 
     /// This rank's result for a value of an in-place collective (`allreduce`,
-    /// `broadcast`): a view into the flat buffer.
+    /// `broadcast`): views into the flat buffer.
     pub fn output<T: Bucketable>(&mut self, value: &T, at: SlotIdx) -> T {
-        let mut none = Region::new();
-        let region = self.inputs.get::<T::Elem>().unwrap_or(&mut none);
-        region.result_at(at.device, at.offset, at.len, |r| value.unpack(r))
+        value.unpack_parts(&mut Parts::new(self, at))
     }
 
     /// This rank's result for a value of `reduce`: the reduction on the root, `None`
@@ -435,22 +564,12 @@ impl FusedStage {
 
     /// This rank's result for a value of `allgather`: every rank's value, in rank order.
     pub fn output_gathered<T: Gather>(&mut self, value: &T, at: SlotIdx) -> T::Gathered {
-        let n = self.ranks;
-        let mut none = Region::new();
-        let region = self.outputs.get::<T::Elem>().unwrap_or(&mut none);
-        region.result_at(at.device, at.offset * n, at.len * n, |r| {
-            value.gathered(r, n)
-        })
+        value.gather_parts(&mut Parts::new(self, at))
     }
 
     /// This rank's result for a value of `reducescatter`: its chunk of the reduction.
     pub fn output_scattered<T: Scatter>(&mut self, value: &T, at: SlotIdx) -> T {
-        let n = self.ranks.max(1);
-        let mut none = Region::new();
-        let region = self.outputs.get::<T::Elem>().unwrap_or(&mut none);
-        region.result_at(at.device, at.offset / n, at.len / n, |r| {
-            value.scattered(r, n)
-        })
+        value.scatter_parts(&mut Parts::new(self, at))
     }
 }
 
@@ -458,6 +577,8 @@ impl FusedStage {
     /// The error a failed stage reports, with the stage and its values named as written.
     pub(super) fn stage_error(&self, e: StageError, group: &'static str) -> Error {
         let (stage, rank) = (self.name, self.rank);
+        // The header counts slots; errors name the value a slot is a part of.
+        let value_of = |slot: usize| self.places.get(slot).map_or(slot, |p| p.value);
         match e {
             StageError::Comm(e) => e,
             StageError::Aborted => Error::Broken {
@@ -486,15 +607,15 @@ impl FusedStage {
                 shapes,
             }) => Error::ShapeMismatch {
                 stage,
-                value: self.values.get(slot).copied().unwrap_or(""),
-                slot,
+                value: self.values.get(value_of(slot)).copied().unwrap_or(""),
+                slot: value_of(slot),
                 counts,
                 shapes,
             },
             StageError::Disagreed(Disagreement::NotDivisible { slot, len, size }) => {
                 Error::NotDivisible {
                     stage,
-                    slot,
+                    slot: value_of(slot),
                     len,
                     ranks: size,
                 }

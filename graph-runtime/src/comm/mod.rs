@@ -512,10 +512,12 @@ impl std::fmt::Debug for AbortHandle {
 ///
 /// `header(q)` is rank `q`'s header. Every rank must see the same headers and the same
 /// collective, so every rank reaches the same verdict. In order, it rejects: a failed rank
-/// (the lowest), a root that is not a rank, buckets of different sizes, a header whose
-/// [`dims`](Header::dims) do not match its slots, the lowest slot whose dtype, length or
-/// shape differs between ranks, and, for `ReduceScatter`, a slot whose rows or length do
-/// not divide by the number of ranks.
+/// (the lowest), a root that is not a rank, a header whose [`dims`](Header::dims) do not
+/// match its slots, the lowest slot whose dtype, length or shape differs between ranks
+/// (among the slots that every rank has), buckets of different sizes, and, for
+/// `ReduceScatter`, a slot whose rows or length do not divide by the number of ranks. A
+/// slot before buckets' sizes: a list of values begins with a slot for its length (see
+/// `Layout::agree_len`), so lists of different lengths are named by their value.
 ///
 /// Shapes agree when they are equal, except for `AllGather`, which concatenates the
 /// ranks' values along their first dimension: there every dimension but the first must be
@@ -569,6 +571,8 @@ pub fn agree<'a>(
     let first = header(0);
     let (mut failed, mut sizes_differ, mut bad_dims) = (None, false, None);
     let mut bad_slot: Option<usize> = None;
+    // The number of slots every rank has.
+    let mut common = first.slots.len();
     for q in 0..size {
         let theirs = if q == 0 { first } else { header(q) };
         if theirs.status == Status::Failed && failed.is_none() {
@@ -576,7 +580,7 @@ pub fn agree<'a>(
         }
         if theirs.slots.len() != first.slots.len() {
             sizes_differ = true;
-            continue;
+            common = common.min(theirs.slots.len());
         }
         let ndims = theirs
             .slots
@@ -613,27 +617,31 @@ pub fn agree<'a>(
     if let Some(root) = collective.root().filter(|&root| root >= size) {
         return Err(Disagreement::Root { root, size });
     }
-    if sizes_differ {
-        return Err(Disagreement::BucketSize {
-            counts: (0..size).map(|q| header(q).slots.len()).collect(),
-        });
-    }
     if let Some(q) = bad_dims {
         return Err(Disagreement::Buffers {
             reason: format!("rank {q}'s header does not hold the dimensions its slots declare"),
         });
     }
-    if let Some(slot) = bad_slot {
+    if let Some(slot) = bad_slot.filter(|&slot| slot < common) {
         let each = |q: usize| {
             let h = header(q);
             let shape = h.shapes().and_then(|mut s| s.nth(slot)).unwrap_or_default();
-            ((h.slots[slot].dtype, h.slots[slot].len), shape.to_vec())
+            let count = h
+                .slots
+                .get(slot)
+                .map_or((DType::U8, 0), |s| (s.dtype, s.len));
+            (count, shape.to_vec())
         };
         let (counts, shapes) = (0..size).map(each).unzip();
         return Err(Disagreement::Slot {
             slot,
             counts,
             shapes,
+        });
+    }
+    if sizes_differ {
+        return Err(Disagreement::BucketSize {
+            counts: (0..size).map(|q| header(q).slots.len()).collect(),
         });
     }
     if let Collective::ReduceScatter(_) = collective {

@@ -1,0 +1,491 @@
+//! Values made of several parts: a `Vec` of tensors, a struct of tensors and scalars
+//! (`#[derive(Bucketable)]`), a value whose element type is known only at run time (a
+//! candle tensor). Each part is one slot of the stage, in its own dtype's region, so a
+//! value may mix dtypes, each part is read in place where it can be, and each result is a
+//! view of the stage's buffer.
+//!
+//! A value walks its parts three times per execution, always in the same order: to lay
+//! them out ([`Layout`], `Bucketable::add_parts`), to hand them to the stage ([`Hand`],
+//! `Bucketable::hand_parts`) and to build its result from theirs ([`Parts`],
+//! `Bucketable::unpack_parts`, `Gather::gather_parts`, `Scatter::scatter_parts`). The
+//! defaults of those methods make the value itself one part, so a plain `Bucketable` is a
+//! value of one part. The stage checks each part against the slot it was laid out in: a
+//! value whose walks disagree gets an error from `run`, never a slice of another value.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::region::{Region, SlotIdx};
+use super::stage::FusedStage;
+use super::{Bucketable, Gather, Reduced, Scatter};
+use crate::tensor::Storage;
+use crate::{Element, Error};
+
+/// Lays out a value's parts: one slot per part, in order (see
+/// [`Bucketable::add_parts`]).
+///
+/// `#[derive(Bucketable)]` writes these walks for a struct; by hand, for a value whose
+/// parts are not its fields, they read:
+///
+/// ```
+/// use actorgraph::prelude::*;
+/// use actorgraph::{Hand, Layout, Parts, Reduced};
+///
+/// /// Weights and their step count; only the weights travel.
+/// struct Params { weights: Vec<Tensor<f32>>, steps: usize }
+///
+/// impl Bucketable for Params {
+///     type Elem = u8; // no elements of its own: the stage walks its parts
+///     fn bucket_len(&self) -> usize { 0 }
+///     fn pack(&self, _: &mut [u8]) {}
+///     fn unpack(&self, _: Reduced<'_, u8>) -> Self {
+///         self.unpack_parts(&mut Parts::detached())
+///     }
+///     fn add_parts(&self, layout: &mut Layout<'_>) {
+///         layout.add(&self.weights);
+///     }
+///     fn hand_parts<'v>(&'v self, hand: &mut Hand<'_, 'v>) {
+///         hand.add(&self.weights);
+///     }
+///     fn unpack_parts(&self, parts: &mut Parts<'_>) -> Self {
+///         Params { weights: parts.unpack(&self.weights), steps: self.steps }
+///     }
+/// }
+///
+/// struct Worker(f32);
+///
+/// #[actor]
+/// impl Worker {
+///     fn params(&mut self) -> Params {
+///         Params { weights: vec![Tensor::full([2], self.0); 3], steps: 7 }
+///     }
+/// }
+///
+/// graph! {
+///     G(workers: [Worker]) {
+///         let p = workers.params();
+///         allreduce(p, Max)
+///     }
+/// }
+///
+/// let mut g = G::launch(vec![Worker(1.0), Worker(2.0)], Cpu)?;
+/// let p = &g.execute()?[0];
+/// assert_eq!((p.weights[2].to_vec(), p.steps), (vec![2.0; 2], 7));
+/// # Ok::<(), actorgraph::Error>(())
+/// ```
+pub struct Layout<'a> {
+    pub(super) st: &'a mut FusedStage,
+    /// The stage concatenates along the first dimension (`allgather`), which the
+    /// agreement then does not compare.
+    pub(super) gather: bool,
+}
+
+impl Layout<'_> {
+    /// Lays out `value` with all its parts.
+    #[inline]
+    pub fn add<T: Bucketable>(&mut self, value: &T) {
+        value.add_parts(self)
+    }
+
+    /// [`add`](Self::add) in a `reducescatter` stage, where each part splits along its rows.
+    #[inline]
+    pub fn add_scatter<T: Scatter>(&mut self, value: &T) {
+        value.add_scatter_parts(self)
+    }
+
+    /// Lays out `value` as one part: its own elements, as its `Bucketable` methods
+    /// describe them.
+    #[inline]
+    pub fn leaf<T: Bucketable>(&mut self, value: &T) {
+        self.st.add_leaf(value);
+    }
+
+    /// [`leaf`](Self::leaf) in a `reducescatter` stage.
+    #[inline]
+    pub fn scatter_leaf<T: Scatter>(&mut self, value: &T) {
+        self.st.add_scatter_leaf(value);
+    }
+
+    /// Lays out one part of `len` elements of `E` in host memory, with `shape` (empty for
+    /// a flat part) and, for `reducescatter`, `rows` rows (its first dimension). Hand its
+    /// elements with [`Hand::copy`] and take its result with [`Parts::raw`] (or
+    /// `raw_gathered`, `raw_scattered`): for values whose element type is known only at run
+    /// time.
+    pub fn raw<E: Element>(&mut self, len: usize, rows: usize, shape: &[usize]) {
+        self.st.add_raw::<E>(len, rows, shape);
+    }
+
+    /// Lays out a count that every rank must agree on, a list's length, as a part
+    /// without elements whose shape is the count: ranks with different counts get
+    /// [`Error::ShapeMismatch`] naming the value, instead of misaligned parts. Hand it with
+    /// [`Hand::agree_len`] and skip it with [`Parts::agree_len`].
+    pub fn agree_len(&mut self, len: usize) {
+        // `allgather` does not compare first dimensions: put the count in the second.
+        let dims = [0, len];
+        let shape = if self.gather { &dims[..] } else { &dims[1..] };
+        self.st.add_raw::<u8>(0, 0, shape);
+    }
+
+    /// Refuses the value: `run` then fails on this rank with `error`, after taking part
+    /// in the stage as failed so that its peers skip it too. A refused part lays out no
+    /// slot: its `hand_parts` and `unpack_parts` must skip it too.
+    pub fn refuse(&mut self, error: Error) {
+        self.st.refuse(error);
+    }
+}
+
+/// Hands a value's parts to the stage after the layout, in the same order (see
+/// [`Bucketable::hand_parts`]): lent in place to a communicator that reads values in
+/// place, else copied into the stage's buffer.
+pub struct Hand<'a, 'v> {
+    pub(super) st: &'a mut FusedStage,
+    pub(super) next: usize,
+    pub(super) end: usize,
+    pub(super) lend: bool,
+    /// The parts are borrowed for `'v`, which outlives the stage's use of lent elements.
+    pub(super) values: PhantomData<&'v ()>,
+}
+
+impl<'v> Hand<'_, 'v> {
+    /// Hands `value` with all its parts.
+    #[inline]
+    pub fn add<T: Bucketable>(&mut self, value: &'v T) {
+        value.hand_parts(self)
+    }
+
+    /// Hands `value` as one part (see [`Layout::leaf`]).
+    #[inline]
+    pub fn leaf<T: Bucketable>(&mut self, value: &'v T) {
+        let at = self.take();
+        if self.lend {
+            self.st.lend_leaf(value, at)
+        } else {
+            self.st.pack_leaf(value, at)
+        }
+    }
+
+    /// Hands a part laid out with [`Layout::raw`] by copying `data` into the stage's
+    /// buffer (it must hold as many elements as were laid out).
+    pub fn copy<E: Element>(&mut self, data: &[E]) {
+        let at = self.take();
+        self.st.pack_slice(data, at);
+    }
+
+    /// Hands the count laid out with [`Layout::agree_len`].
+    pub fn agree_len(&mut self) {
+        self.copy::<u8>(&[]);
+    }
+
+    /// The next slot of this value; none past its last.
+    #[inline]
+    fn take(&mut self) -> SlotIdx {
+        let at = if self.next < self.end {
+            self.st.slot_at(self.next)
+        } else {
+            SlotIdx::NONE
+        };
+        self.next = self.next.saturating_add(1);
+        at
+    }
+}
+
+/// Where [`Parts`] takes each part's result from.
+enum Source<'a> {
+    /// The stage's buffers, from slot `next` to `end`.
+    Stage {
+        st: &'a mut FusedStage,
+        next: usize,
+        end: usize,
+    },
+    /// No stage: each part's result is a copy of the part itself, as if the collective ran
+    /// on one rank (see [`Parts::detached`]).
+    Detached,
+}
+
+/// Builds a value's result from its parts' results, in the order of the layout (see
+/// [`Bucketable::unpack_parts`]).
+pub struct Parts<'a> {
+    src: Source<'a>,
+}
+
+/// Which result a part takes.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// `allreduce`, `broadcast`, `reduce`: the input buffer, in place.
+    InPlace,
+    /// `allgather`: every rank's elements.
+    Gathered,
+    /// `reducescatter`: this rank's share.
+    Scattered,
+}
+
+impl<'a> Parts<'a> {
+    pub(super) fn new(st: &'a mut FusedStage, at: SlotIdx) -> Self {
+        Self {
+            src: Source::Stage {
+                st,
+                next: at.slot,
+                end: at.slot.saturating_add(at.parts),
+            },
+        }
+    }
+
+    /// Results without a stage: each part's result is a copy of the part, as if the
+    /// collective ran on one rank. What a value made of parts returns from its own
+    /// `Bucketable::unpack` (which a stage never calls for it: it calls `unpack_parts`).
+    pub fn detached() -> Parts<'static> {
+        Parts {
+            src: Source::Detached,
+        }
+    }
+
+    /// The number of ranks in the stage (1 when detached).
+    pub fn ranks(&self) -> usize {
+        match &self.src {
+            Source::Stage { st, .. } => st.ranks.max(1),
+            Source::Detached => 1,
+        }
+    }
+
+    /// `value`'s result, with all its parts (`allreduce`, `broadcast`, `reduce`).
+    #[inline]
+    pub fn unpack<T: Bucketable>(&mut self, value: &T) -> T {
+        value.unpack_parts(self)
+    }
+
+    /// `value`'s result in an `allgather`, with all its parts.
+    #[inline]
+    pub fn gather<T: Gather>(&mut self, value: &T) -> T::Gathered {
+        value.gather_parts(self)
+    }
+
+    /// `value`'s result in a `reducescatter`, with all its parts.
+    #[inline]
+    pub fn scatter<T: Scatter>(&mut self, value: &T) -> T {
+        value.scatter_parts(self)
+    }
+
+    /// The result of a part laid out with [`Layout::leaf`].
+    #[inline]
+    pub fn unpack_leaf<T: Bucketable>(&mut self, value: &T) -> T {
+        match self.src {
+            Source::Detached => detached(value, |r| value.unpack(r)),
+            _ => self.result(Kind::InPlace, |r| value.unpack(r)),
+        }
+    }
+
+    /// The `allgather` result of a part laid out with [`Layout::leaf`].
+    #[inline]
+    pub fn gather_leaf<T: Gather>(&mut self, value: &T) -> T::Gathered {
+        let n = self.ranks();
+        match self.src {
+            Source::Detached => detached(value, |r| value.gathered(r, 1)),
+            _ => self.result(Kind::Gathered, |r| value.gathered(r, n)),
+        }
+    }
+
+    /// The `reducescatter` result of a part laid out with [`Layout::scatter_leaf`].
+    #[inline]
+    pub fn scatter_leaf<T: Scatter>(&mut self, value: &T) -> T {
+        let n = self.ranks();
+        match self.src {
+            Source::Detached => detached(value, |r| value.scattered(r, 1)),
+            _ => self.result(Kind::Scattered, |r| value.scattered(r, n)),
+        }
+    }
+
+    /// The result of a part laid out with [`Layout::raw`] (`allreduce`, `broadcast`,
+    /// `reduce`): as many elements as were laid out, on the host. Empty when detached.
+    pub fn raw<E: Element, R>(&mut self, f: impl FnOnce(Reduced<'_, E>) -> R) -> R {
+        self.result(Kind::InPlace, f)
+    }
+
+    /// [`raw`](Self::raw) for `allgather`: every rank's elements, in rank order.
+    pub fn raw_gathered<E: Element, R>(&mut self, f: impl FnOnce(Reduced<'_, E>) -> R) -> R {
+        self.result(Kind::Gathered, f)
+    }
+
+    /// [`raw`](Self::raw) for `reducescatter`: this rank's share of the elements.
+    pub fn raw_scattered<E: Element, R>(&mut self, f: impl FnOnce(Reduced<'_, E>) -> R) -> R {
+        self.result(Kind::Scattered, f)
+    }
+
+    /// Skips the count laid out with [`Layout::agree_len`].
+    pub fn agree_len(&mut self) {
+        self.result::<u8, ()>(Kind::InPlace, |_| ());
+    }
+
+    /// The next part's result, from the region of its kind; an empty one when the part
+    /// is not there (a stage driven out of order, a walk that disagrees with the layout,
+    /// no stage).
+    fn result<E: Element, R>(&mut self, kind: Kind, f: impl FnOnce(Reduced<'_, E>) -> R) -> R {
+        let mut none = Region::new();
+        let Source::Stage { st, next, end } = &mut self.src else {
+            return none.result_at(false, 0, 0, f);
+        };
+        let at = if *next < *end {
+            st.slot_at(*next)
+        } else {
+            SlotIdx::NONE
+        };
+        *next = next.saturating_add(1);
+        if st.slot_dtype(at) != Some(E::DTYPE) {
+            return none.result_at(false, 0, 0, f);
+        }
+        let n = st.ranks.max(1);
+        let (regions, offset, len) = match kind {
+            Kind::InPlace => (&mut st.inputs, at.offset, at.len),
+            Kind::Gathered => (&mut st.outputs, at.offset * n, at.len * n),
+            Kind::Scattered => (&mut st.outputs, at.offset / n, at.len / n),
+        };
+        let region = regions.get::<E>().unwrap_or(&mut none);
+        region.result_at(at.device, offset, len, f)
+    }
+}
+
+/// `f` over a copy of `value`'s own elements: a part's result without a stage.
+fn detached<T: Bucketable, R>(value: &T, f: impl FnOnce(Reduced<'_, T::Elem>) -> R) -> R {
+    let mut data = vec![T::Elem::default(); value.bucket_len()];
+    value.pack(&mut data);
+    let len = data.len();
+    let buf = Arc::new(Storage::Host(data));
+    f(Reduced {
+        buf: &buf,
+        offset: 0,
+        len,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::{reduce_reference, Backend, Collective};
+    use crate::{Cpu, ReduceOp, Tensor};
+
+    /// Runs `f` on `n` ranks of a CPU group, each with its own stage; their results.
+    fn on_ranks<R: Send + 'static>(
+        n: usize,
+        f: impl Fn(usize, &mut FusedStage, &mut crate::comm::CpuComm) -> R + Send + Sync + 'static,
+    ) -> Vec<R> {
+        let f = Arc::new(f);
+        let comms = Cpu.communicators(n).unwrap();
+        let threads: Vec<_> = comms
+            .into_iter()
+            .enumerate()
+            .map(|(rank, mut comm)| {
+                let f = Arc::clone(&f);
+                std::thread::spawn(move || f(rank, &mut FusedStage::new("parts"), &mut comm))
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    fn list(rank: usize, n: usize) -> Vec<Tensor<f32>> {
+        (0..n)
+            .map(|k| Tensor::from_vec(vec![(rank * 3 + k) as f32; k + 1], [k + 1]).unwrap())
+            .collect()
+    }
+
+    /// A list's items are lent in place, one slot each, and come back as views of the
+    /// stage's buffer, reduced like each tensor alone.
+    #[test]
+    fn a_lent_list_reduces_item_by_item() {
+        let results = on_ranks(2, |rank, st, comm| {
+            let (l, s) = (list(rank, 3), rank as f64 + 0.5);
+            st.begin();
+            let (at_l, at_s) = (st.add(&l), st.add(&s));
+            assert_eq!(
+                (at_l.parts, at_s.parts),
+                (4, 1),
+                "the length, then each item"
+            );
+            st.prepare();
+            st.lend(&l, at_l);
+            st.lend(&s, at_s);
+            st.run(comm, Collective::AllReduce(ReduceOp::Sum), "g")
+                .unwrap();
+            let out = st.output(&l, at_l);
+            assert!(out[0].shares_storage(&out[2]));
+            let out: Vec<Vec<f32>> = out.iter().map(Tensor::to_vec).collect();
+            (out, st.output(&s, at_s))
+        });
+        for (out, s) in &results {
+            for (k, got) in out.iter().enumerate() {
+                let (a, b) = (list(0, 3), list(1, 3));
+                let want = reduce_reference(&[a[k].as_slice(), b[k].as_slice()], ReduceOp::Sum);
+                assert_eq!(got, &want);
+            }
+            assert_eq!(*s, 2.0);
+        }
+    }
+
+    /// Lists of different lengths disagree at their length's slot, before any item.
+    #[test]
+    fn lists_of_different_lengths_disagree_at_their_length() {
+        let results = on_ranks(2, |rank, st, comm| {
+            let l = list(rank, 1 + rank);
+            st.name_values(&["l"]);
+            st.begin();
+            let at = st.add_gather(&l);
+            st.prepare();
+            st.lend(&l, at);
+            st.run(comm, Collective::AllGather, "g").map(|_| ())
+        });
+        for r in results {
+            match r {
+                Err(Error::ShapeMismatch {
+                    value: "l",
+                    slot: 0,
+                    shapes,
+                    ..
+                }) => assert_eq!(shapes, [[0, 1], [0, 2]]),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    /// A value whose walks disagree (it hands fewer parts than it laid out) makes `run`
+    /// fail on its rank and its peer skip the stage.
+    #[test]
+    fn a_value_that_hands_fewer_parts_than_it_laid_out_fails_the_stage() {
+        struct Liar(Vec<Tensor<f32>>);
+        impl Bucketable for Liar {
+            type Elem = u8;
+            fn bucket_len(&self) -> usize {
+                0
+            }
+            fn pack(&self, _: &mut [u8]) {}
+            fn unpack(&self, _: Reduced<'_, u8>) -> Self {
+                Liar(Vec::new())
+            }
+            fn add_parts(&self, layout: &mut Layout<'_>) {
+                self.0.iter().for_each(|t| layout.add(t));
+            }
+            fn hand_parts<'v>(&'v self, hand: &mut Hand<'_, 'v>) {
+                hand.add(&self.0[0]);
+            }
+        }
+        let results = on_ranks(2, |rank, st, comm| {
+            let v = Liar(list(rank, 2));
+            st.begin();
+            let at = st.add(&v);
+            st.prepare();
+            st.lend(&v, at);
+            st.run(comm, Collective::AllReduce(ReduceOp::Sum), "g")
+                .map(|_| ())
+        });
+        for r in results {
+            assert!(matches!(r, Err(Error::Backend(_))), "{r:?}");
+        }
+    }
+
+    /// Without a stage, a part's result is a copy of the part.
+    #[test]
+    fn detached_results_are_copies() {
+        let l = list(1, 2);
+        let copy = Parts::detached().unpack(&l);
+        assert_eq!(copy, l);
+        assert!(!copy[0].shares_storage(&l[0]));
+        assert_eq!(Parts::detached().gather(&l), l);
+    }
+}
