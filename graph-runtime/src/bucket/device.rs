@@ -244,7 +244,8 @@ impl FusedStage {
         }
         let result = match (self.device.as_ref(), self.inputs.get::<E>()) {
             (Some(device), Some(region)) => {
-                region.upload(at.offset..at.offset + at.len, data, device.stream())
+                let range = at.offset..at.offset + at.len;
+                region.upload(range, |dst| dst.copy_from_slice(data), device.stream())
             }
             _ => Err(missing_buffer()),
         };

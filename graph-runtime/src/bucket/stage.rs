@@ -387,6 +387,11 @@ impl FusedStage {
         if !self.hand::<E>(at) {
             return;
         }
+        if data.len() != at.len {
+            return self.misuse(format_args!(
+                "a part handed another number of elements than it laid out"
+            ));
+        }
         if self.device.is_some() {
             return self.pack_device_slice(data, at);
         }
@@ -394,7 +399,7 @@ impl FusedStage {
             return;
         };
         match region.slice_mut().get_mut(at.offset..at.offset + at.len) {
-            Some(dst) if dst.len() == data.len() => {
+            Some(dst) => {
                 dst.copy_from_slice(data);
                 self.data[at.slot] = SlotData::packed(E::DTYPE, at.len);
             }
