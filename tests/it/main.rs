@@ -17,6 +17,7 @@ mod attach;
 mod collectives;
 mod failures;
 mod groups;
+mod helping;
 mod pipeline;
 mod readme;
 mod real_graphs;
