@@ -346,10 +346,13 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     }
 
     /// Ready when every actor of every group has finished the oldest execution not yet
-    /// collected, or a group is broken (collecting then reports it).
+    /// collected, or a group is broken (collecting then reports it). Before it returns
+    /// `Pending`, it waits a few microseconds at most for the actors (without parking,
+    /// see `sync::briefly`): a small graph is done by then, and the executor is spared a
+    /// park and a wake-up.
     fn poll_done(&self, cx: &mut Context<'_>) -> Poll<()> {
         self.groups.register_waker(cx.waker());
-        if self.groups.ready().is_err() || self.groups.is_done() {
+        if crate::sync::briefly(|| self.groups.ready().is_err() || self.groups.is_done()) {
             Poll::Ready(())
         } else {
             Poll::Pending

@@ -120,6 +120,26 @@ mod budget {
 
 pub(crate) use budget::{actor_ended, actor_started};
 
+/// How many times [`briefly`] yields at most: a yield costs ~0.15 µs when no other
+/// thread wants the core, and hands it over when one does.
+const BRIEF_YIELDS: u32 = if cfg!(any(miri, loom)) { 0 } else { 32 };
+
+/// Waits a little for `ready`, without parking: yields at most [`BRIEF_YIELDS`] times.
+/// Whether `ready` became true. For a caller that must not block (an async poll about to
+/// return `Pending`): a step of a small graph ends within that time, and finding it done
+/// here saves the executor a park and a wake-up, which cost ~70 µs here. It yields rather
+/// than spins: the executor's thread is not counted among the actors', so a spin could
+/// hold the core the actor it waits for needs.
+pub(crate) fn briefly(mut ready: impl FnMut() -> bool) -> bool {
+    for _ in 0..BRIEF_YIELDS {
+        if ready() {
+            return true;
+        }
+        yield_now();
+    }
+    ready()
+}
+
 /// Why a wait ended without the value moving.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Interrupted {
