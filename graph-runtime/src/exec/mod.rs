@@ -11,7 +11,8 @@
 //! waits for its consumers; a fused stage reuses its buffers only when no output view of an
 //! earlier execution is alive (correct under overlap, but then it allocates). An async
 //! execution registers a waker ([`Group::register_waker`]) that the actors wake as they
-//! finish.
+//! finish. In an `execute` with nothing else in flight, the driver runs the first actor's
+//! step itself when that actor may change threads ([`help`]).
 
 mod actors;
 mod ctx;
