@@ -124,16 +124,27 @@ pub(crate) use budget::{actor_ended, actor_started};
 /// thread wants the core, and hands it over when one does.
 const BRIEF_YIELDS: u32 = if cfg!(any(miri, loom)) { 0 } else { 32 };
 
-/// Waits a little for `ready`, without parking: yields at most [`BRIEF_YIELDS`] times.
-/// Whether `ready` became true. For a caller that must not block (an async poll about to
-/// return `Pending`): a step of a small graph ends within that time, and finding it done
-/// here saves the executor a park and a wake-up, which cost ~70 µs here. It yields rather
-/// than spins: the executor's thread is not counted among the actors', so a spin could
-/// hold the core the actor it waits for needs.
+/// How long [`briefly`] yields at most, however long each yield takes (on a busy machine
+/// one may hand the core to another process for a while).
+const BRIEF: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// Waits a little for `ready`, without parking: yields at most [`BRIEF_YIELDS`] times
+/// and for at most [`BRIEF`]. Whether `ready` became true. For a caller that must not
+/// block (an async poll about to return `Pending`): a step of a small graph ends within
+/// that time, and finding it done here saves the executor a park and a wake-up, which
+/// cost ~70 µs here. It yields rather than spins: the executor's thread is not counted
+/// among the actors', so a spin could hold the core the actor it waits for needs.
 pub(crate) fn briefly(mut ready: impl FnMut() -> bool) -> bool {
+    if BRIEF_YIELDS == 0 {
+        return ready();
+    }
+    let start = Instant::now();
     for _ in 0..BRIEF_YIELDS {
         if ready() {
             return true;
+        }
+        if start.elapsed() >= BRIEF {
+            break;
         }
         yield_now();
     }
