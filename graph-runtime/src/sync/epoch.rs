@@ -22,7 +22,7 @@ mod budget {
     // Under Miri every spin is interpreted, slowly: park soon. A spin is ~8 ns here.
     const SPINS: u32 = if cfg!(miri) { 0 } else { 256 };
     const MAX_SPINS: u32 = if cfg!(miri) { 0 } else { 1024 };
-    const MIN_SPINS: u32 = if cfg!(miri) { 0 } else { 16 };
+    const MIN_SPINS: u32 = if cfg!(miri) { 0 } else { 128 };
     pub(super) const YIELDS: u32 = if cfg!(miri) { 4 } else { 128 };
 
     /// Actor threads started, not ended and not parked.
@@ -39,8 +39,11 @@ mod budget {
     /// after a wait that ended while spinning, and halves after one that did not. When
     /// the machine is busy (other processes, or more threads than cores), the thread
     /// waited for is often not running and spinning only takes its core: the limit then
-    /// falls to a few spins within a few waits, and waits yield almost at once; on a quiet
-    /// machine it stays near the top, where a wait costs a cache-line round trip.
+    /// falls to its floor within a few waits, and waits yield after ~1 µs; on a quiet
+    /// machine it stays near the top, where a wait costs a cache-line round trip. The floor
+    /// is above a handoff's usual wait (well under 1 µs here), so that a limit lowered by
+    /// a few long waits (an idle spell, a launch) grows back: with a floor below the usual
+    /// wait, every wait would fail and the limit would never grow again.
     pub(super) fn spun(ended_spinning: bool) {
         SPIN_LIMIT.with(|l| {
             let limit = l.get();
