@@ -373,6 +373,41 @@ fn scaling(c: &mut Criterion) {
     group.finish();
 }
 
+/// One allreduce of one f32 tensor of each size per actor, the sizes and rank counts that
+/// `scripts/vs-mpi.sh` runs OpenMPI's `MPI_Allreduce` with (it prints both side by side).
+fn vs_mpi(c: &mut Criterion) {
+    let mut group = c.benchmark_group("vs-mpi");
+    group
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    for n in [2usize, 4] {
+        for bytes in [
+            4usize,
+            1 << 10,
+            32 << 10,
+            256 << 10,
+            1 << 20,
+            16 << 20,
+            64 << 20,
+        ] {
+            let mut graph = None;
+            group.bench_with_input(
+                BenchmarkId::new(format!("{n} actors"), bytes),
+                &(),
+                |b, _| {
+                    let g = graph.get_or_insert_with(|| {
+                        Single::launch(holders(n, 1, bytes / 4), Cpu).unwrap()
+                    });
+                    b.iter(|| g.execute(0).unwrap())
+                },
+            );
+        }
+    }
+    group.finish();
+}
+
 criterion_group!(benches, bucket8, fusion, bandwidth);
 criterion_group!(scale, scaling);
-criterion_main!(benches, scale);
+criterion_group!(mpi, vs_mpi);
+criterion_main!(benches, scale, mpi);

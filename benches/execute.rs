@@ -36,6 +36,27 @@ fn echo(c: &mut Criterion) {
     group.finish();
 }
 
+/// `execute_async` awaited on a tokio current-thread runtime against `execute`, on the same
+/// graph, alternately in one group: the cost of the async path.
+fn echo_async(c: &mut Criterion) {
+    let mut group = c.benchmark_group("echo async");
+    group.measurement_time(Duration::from_secs(5));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    for n in [1usize, 2] {
+        let x = Tensor::full([4], 1.0f32);
+        let mut g = EchoGraph::launch((0..n).map(|_| Echo).collect::<Vec<_>>(), Cpu).unwrap();
+        group.bench_function(format!("{n} actors/execute"), |b| {
+            b.iter(|| g.execute(x.clone()).unwrap())
+        });
+        group.bench_function(format!("{n} actors/execute_async"), |b| {
+            b.iter(|| rt.block_on(g.execute_async(x.clone())).unwrap())
+        });
+    }
+    group.finish();
+}
+
 /// CPU time this process uses per second of wall time while a launched 8-actor graph sits
 /// idle between executes: the waiters must have parked, not be spinning or yielding.
 fn idle_cpu() {
@@ -71,7 +92,7 @@ fn idle_cpu() {
     g.teardown().unwrap();
 }
 
-criterion_group!(benches, echo);
+criterion_group!(benches, echo, echo_async);
 
 fn main() {
     idle_cpu();

@@ -30,7 +30,10 @@ graph! {
 #[test]
 fn steady_state_execute_allocates_nothing_on_the_actors() {
     let _turn = turn();
-    let mut g = Bucket::launch(vec![Echo, Echo, Echo], Cpu).unwrap();
+    // Made on their threads, so that every step runs there (ready values may also run a
+    // step on the caller's thread, whose own allocations this test does not count).
+    let made = Actors::each(3, |_, _| Echo);
+    let mut g = Bucket::launch_actors(made, Cpu, LaunchOptions::default()).unwrap();
     let a = Tensor::full([1024], 1.0f32);
     let b = Tensor::full([3000], 2.0f32);
     let c = Tensor::full([5], 9i64);

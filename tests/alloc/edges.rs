@@ -33,7 +33,10 @@ graph! {
 #[test]
 fn steady_state_edges_allocate_nothing_on_the_actors() {
     let _turn = turn();
-    let mut g = Pipe::launch(vec![Echo, Echo, Echo], vec![Echo, Echo, Echo], Cpu).unwrap();
+    // Made on their threads, so that every step runs there (ready values may also run a
+    // step on the caller's thread, whose own allocations this test does not count).
+    let made = || Actors::each(3, |_, _| Echo);
+    let mut g = Pipe::launch_actors(made(), made(), Cpu, LaunchOptions::default()).unwrap();
     let a = Tensor::full([1000], 1.0f32);
     for _ in 0..10 {
         g.execute(a.clone()).unwrap();
@@ -83,13 +86,12 @@ graph! {
 #[test]
 fn steady_state_per_rank_inputs_one_ranks_value_and_gathers_allocate_nothing_on_the_actors() {
     let _turn = turn();
-    let mut g = Ranked::launch(
-        vec![Echo, Echo],
-        vec![Echo, Echo, Echo],
-        vec![Sum, Sum, Sum],
-        Cpu,
-    )
-    .unwrap();
+    // Made on their threads, so that every step runs there (ready values may also run a
+    // step on the caller's thread, whose own allocations this test does not count).
+    let echoes = |n| Actors::each(n, |_, _| Echo);
+    let sums = Actors::each(3, |_, _| Sum);
+    let options = LaunchOptions::default();
+    let mut g = Ranked::launch_actors(echoes(2), echoes(3), sums, Cpu, options).unwrap();
     let a = Tensor::full([1000], 1.0f32);
     let b = Tensor::full([1000], 2.0f32);
     for _ in 0..10 {

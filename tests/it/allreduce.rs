@@ -310,15 +310,18 @@ graph! {
     }
 }
 
+/// Made on their threads (`Actors::each`), so that every method runs there: ready values
+/// may also run a step on the thread that calls `execute`.
 #[test]
 fn dropping_a_graph_stops_its_threads() {
     let ended = Arc::new(AtomicUsize::new(0));
-    let actors = (0..4)
-        .map(|_| Watched {
+    let made = {
+        let ended = Arc::clone(&ended);
+        Actors::each(4, move |_, _| Watched {
             ended: Arc::clone(&ended),
         })
-        .collect();
-    let mut g = Watch::launch(actors, Cpu).unwrap();
+    };
+    let mut g = Watch::launch_actors(made, Cpu, LaunchOptions::default()).unwrap();
     assert_eq!(g.execute().unwrap(), vec![4.0; 4]);
     assert_eq!(
         ended.load(SeqCst),

@@ -17,6 +17,7 @@ mod attach;
 mod collectives;
 mod failures;
 mod groups;
+mod helping;
 #[cfg(feature = "candle")]
 mod interop_candle;
 #[cfg(feature = "ndarray")]

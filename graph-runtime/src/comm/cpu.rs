@@ -406,6 +406,11 @@ impl Communicator for CpuComm {
         self.rank
     }
 
+    // Nothing here is bound to a thread: the peers meet in memory this process shares.
+    fn runs_on_any_thread(&self) -> bool {
+        true
+    }
+
     fn size(&self) -> usize {
         self.size
     }

@@ -284,6 +284,15 @@ pub struct SlotData<'a> {
     _data: PhantomData<&'a [u8]>,
 }
 
+// SAFETY: a `SlotData<'a>` stands for a `&'a [E]` of an `Element` type (or for nothing, when
+// packed), and every element type is plain `Send + Sync` data, as `&'a [E]` is then `Send`
+// and `Sync`: it only ever gives out shared slices (`lent`), for at most `'a`, on whichever
+// thread holds it. It lets a fused stage, which keeps its entries between stages, move with
+// its actor to another thread (see `exec::help`).
+unsafe impl Send for SlotData<'_> {}
+// SAFETY: as for `Send` above: shared access gives out only shared slices of `Sync` data.
+unsafe impl Sync for SlotData<'_> {}
+
 impl<'a> SlotData<'a> {
     /// The elements of `data`, lent in place.
     pub fn new<E: Element>(data: &'a [E]) -> Self {
@@ -760,6 +769,22 @@ pub trait Communicator: Send + 'static {
     /// error. The default does nothing.
     fn attach(&mut self) -> Result<(), Error> {
         Ok(())
+    }
+
+    /// Whether, once attached, this endpoint's stages may run on a thread other than the
+    /// one [`attach`](Communicator::attach) ran on. If so, and the actors may change
+    /// threads (ready values, which are `Send`), the thread that calls `execute` runs the
+    /// first actor's step itself instead of handing it over and waiting for it: one
+    /// thread switch less per execution. The default, `false`, keeps every step on its
+    /// actor's thread (the NCCL backend's endpoints are bound to their thread's GPU).
+    ///
+    /// ```
+    /// use actorgraph::{Backend, Communicator, Cpu};
+    /// let comms = Cpu.communicators(2).unwrap();
+    /// assert!(comms.iter().all(|c| c.runs_on_any_thread()));
+    /// ```
+    fn runs_on_any_thread(&self) -> bool {
+        false
     }
 
     /// The communicator's device capability, if its collectives run over a GPU's memory:

@@ -1,6 +1,7 @@
 //! The actors of one group as `launch` takes them: ready values, or a constructor that
 //! runs on each actor's own thread.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
@@ -9,10 +10,17 @@ use crate::BoxError;
 /// Makes one actor on its own thread, given its rank and its group's size.
 type Maker<A> = Box<dyn FnOnce(usize, usize) -> Result<A, BoxError> + Send>;
 
+/// Boxes an actor as something that may change threads: exists only for `A: Send`.
+pub(crate) type SendBox<A> = fn(A) -> Box<dyn Any + Send>;
+
 /// The actors of one group, as a graph's `launch` takes them.
 ///
 /// Either ready values, moved to their threads (the actor type must then be
-/// `Send + 'static`):
+/// `Send + 'static`). Such an actor may also run a step on the thread that calls `execute`:
+/// when that thread would otherwise only wait for the actors, it runs the first actor's
+/// step itself, as rayon's `join` runs one half of its work on the calling thread (only on
+/// a backend whose endpoints may change threads, such as `Cpu`, and only for an `execute`
+/// without a timeout, with nothing else in flight):
 ///
 /// ```
 /// use actorgraph::Actors;
@@ -37,6 +45,8 @@ type Maker<A> = Box<dyn FnOnce(usize, usize) -> Result<A, BoxError> + Send>;
 /// ```
 pub struct Actors<A> {
     makers: Vec<Maker<A>>,
+    /// Set for ready values (`A: Send`): the actors may run a step on another thread.
+    send: Option<SendBox<A>>,
 }
 
 impl<A: 'static> Actors<A> {
@@ -65,7 +75,7 @@ impl<A: 'static> Actors<A> {
                 Box::new(move |rank, size| make(rank, size).map_err(Into::into)) as Maker<A>
             })
             .collect();
-        Self { makers }
+        Self { makers, send: None }
     }
 
     /// The number of actors.
@@ -78,9 +88,10 @@ impl<A: 'static> Actors<A> {
         self.makers.is_empty()
     }
 
-    /// Each actor's maker, by rank.
-    pub(crate) fn into_makers(self) -> Vec<Maker<A>> {
-        self.makers
+    /// Each actor's maker, by rank, and how to box an actor that may change threads, if
+    /// the actors may.
+    pub(crate) fn into_parts(self) -> (Vec<Maker<A>>, Option<SendBox<A>>) {
+        (self.makers, self.send)
     }
 }
 
@@ -90,7 +101,10 @@ impl<A: Send + 'static> From<Vec<A>> for Actors<A> {
             .into_iter()
             .map(|actor| Box::new(move |_, _| Ok(actor)) as Maker<A>)
             .collect();
-        Self { makers }
+        Self {
+            makers,
+            send: Some(|actor| Box::new(actor)),
+        }
     }
 }
 

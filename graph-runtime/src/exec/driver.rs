@@ -33,6 +33,11 @@ pub trait Groups {
     fn check(&self, inputs: &Self::Inputs) -> Result<(), Error>;
     /// Queues each group's input and starts its actors (see [`Group::submit`]).
     fn submit(&mut self, inputs: Self::Inputs);
+    /// [`Groups::submit`], except that the first group's first actor's step may be left
+    /// for [`Groups::run_held`] to run on this thread: whether it was.
+    fn submit_holding_first(&mut self, inputs: Self::Inputs) -> bool;
+    /// Runs the step that [`Groups::submit_holding_first`] left, on this thread.
+    fn run_held(&mut self);
     /// Collects the oldest execution in flight from every group, even after one failed, so
     /// that all stay at the same execution; each failure is pushed to `errors`, in group
     /// order, and then `None` is returned.
@@ -59,6 +64,10 @@ impl Groups for () {
         Ok(())
     }
     fn submit(&mut self, (): ()) {}
+    fn submit_holding_first(&mut self, (): ()) -> bool {
+        false
+    }
+    fn run_held(&mut self) {}
     fn collect(&mut self, _: Option<Deadline>, _: &mut Vec<Error>) -> Option<()> {
         Some(())
     }
@@ -96,6 +105,17 @@ where
     fn submit(&mut self, (input, rest): Self::Inputs) {
         self.0.submit(input);
         self.1.submit(rest);
+    }
+
+    fn submit_holding_first(&mut self, (input, rest): Self::Inputs) -> bool {
+        // One step at most: a second one held could wait on an edge from the first.
+        let held = self.0.submit_holding_first(input);
+        self.1.submit(rest);
+        held
+    }
+
+    fn run_held(&mut self) {
+        self.0.run_held();
     }
 
     fn collect(
@@ -236,12 +256,16 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     }
 
     /// Runs one execution and returns its output by rank.
+    ///
+    /// This thread runs the first actor's step itself when it may (see `exec::help`),
+    /// rather than only handing it over and waiting.
     pub fn execute(&mut self, inputs: In) -> Result<Vec<Out>, Error> {
         self.execute_by(inputs, None)
     }
 
     /// [`Driver::execute`]; ranks still running when `timeout` passes make it
-    /// [`Error::Timeout`] (and break the graph).
+    /// [`Error::Timeout`] (and break the graph). This thread runs no actor's step: it must
+    /// stay free to give up on late ranks.
     pub fn execute_timeout(&mut self, inputs: In, timeout: Duration) -> Result<Vec<Out>, Error> {
         self.execute_by(inputs, Some(Deadline::after(timeout)))
     }
@@ -265,7 +289,7 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
             poll_fn(|cx| self.poll_done(cx)).await;
             self.finish_oldest(None);
         }
-        let ticket = self.start(inputs)?;
+        let ticket = self.start(inputs, false)?;
         self.wait_async(ticket).await
     }
 
@@ -302,7 +326,10 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     }
 
     fn execute_by(&mut self, inputs: In, deadline: Option<Deadline>) -> Result<Vec<Out>, Error> {
-        let ticket = self.submit_by(inputs, deadline)?;
+        while self.pipeline.must_drain() {
+            self.finish_oldest(deadline);
+        }
+        let ticket = self.start(inputs, deadline.is_none())?;
         self.wait_by(ticket, deadline)
     }
 
@@ -310,14 +337,15 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
         while self.pipeline.must_drain() {
             self.finish_oldest(deadline);
         }
-        self.start(inputs)
+        self.start(inputs, false)
     }
 
     /// Starts one execution, once the pipeline has been drained as it requires: its
-    /// ticket, or [`Error::InFlightFull`] if there is no room for it.
-    fn start(&mut self, inputs: In) -> Result<Ticket, Error> {
+    /// ticket, or [`Error::InFlightFull`] if there is no room for it. With `help`, this
+    /// thread may run the first actor's step before it returns.
+    fn start(&mut self, inputs: In, help: bool) -> Result<Ticket, Error> {
         self.pipeline.room()?;
-        self.begin(inputs)?;
+        self.begin(inputs, help)?;
         Ok(self.pipeline.issue())
     }
 
@@ -329,8 +357,9 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
         self.pipeline.take(ticket)
     }
 
-    /// Hands the inputs to every actor of every group, behind the executions in flight.
-    fn begin(&mut self, inputs: In) -> Result<(), Error> {
+    /// Hands the inputs to every actor of every group, behind the executions in flight;
+    /// with `help` and nothing else in flight, runs the first actor's step on this thread.
+    fn begin(&mut self, inputs: In, help: bool) -> Result<(), Error> {
         if self.executing {
             self.groups.mark_broken(
                 "an earlier `execute` panicked in the driver (an input's `Clone`?) before every actor had its input",
@@ -343,7 +372,15 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
         // A refused input (a per-rank input of the wrong length) reaches no actor.
         self.groups.check(&inputs)?;
         self.executing = true;
-        self.groups.submit(inputs);
+        if help && self.pipeline.in_flight() == 0 {
+            // Still `executing` while the step runs: should it unwind here, the next
+            // execution finds the graph broken.
+            if self.groups.submit_holding_first(inputs) {
+                self.groups.run_held();
+            }
+        } else {
+            self.groups.submit(inputs);
+        }
         self.executing = false;
         Ok(())
     }
@@ -368,10 +405,13 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     }
 
     /// Ready when every actor of every group has finished the oldest execution not yet
-    /// collected, or a group is broken (collecting then reports it).
+    /// collected, or a group is broken (collecting then reports it). Before it returns
+    /// `Pending`, it waits a few microseconds at most for the actors (without parking,
+    /// see `sync::briefly`): a small graph is done by then, and the executor is spared a
+    /// park and a wake-up.
     fn poll_done(&self, cx: &mut Context<'_>) -> Poll<()> {
         self.groups.register_waker(cx.waker());
-        if self.groups.ready().is_err() || self.groups.is_done() {
+        if crate::sync::briefly(|| self.groups.ready().is_err() || self.groups.is_done()) {
             Poll::Ready(())
         } else {
             Poll::Pending

@@ -280,7 +280,7 @@ pub struct Edge<T> {
     slots: Box<[Slot<T>]>,
     /// A gather's `Vec`s handed back by their consumers once read (see
     /// [`StepCtx::recycle`](crate::exec::StepCtx::recycle)), for the next round: at most one
-    /// per consumer, room made at creation, so steady state allocates nothing.
+    /// per consumer, all made at creation, so steady state allocates nothing.
     spares: Mutex<Vec<Vec<T>>>,
 }
 
@@ -298,16 +298,22 @@ impl<T> Edge<T> {
 
 impl<T: Send + 'static> Edge<T> {
     fn new(value: &'static str, from_group: &'static str, route: Route, consumers: usize) -> Self {
+        let slots = route.slots(consumers);
+        let (vecs, each) = match route {
+            Route::Gather { .. } => (1, slots),
+            Route::GatherAll { producers } => (consumers, producers),
+            _ => (0, 0),
+        };
+        // Every `Vec` the consumers will hold at once, made now with its room: however their
+        // steps interleave, steady state allocates nothing.
+        let mut spares = Vec::with_capacity(vecs);
+        spares.extend((0..vecs).map(|_| Vec::with_capacity(each)));
         Self {
             value,
             from_group,
             route,
-            slots: (0..route.slots(consumers)).map(|_| Slot::new()).collect(),
-            spares: Mutex::new(Vec::with_capacity(match route {
-                Route::Gather { .. } => 1,
-                Route::GatherAll { .. } => consumers,
-                _ => 0,
-            })),
+            slots: (0..slots).map(|_| Slot::new()).collect(),
+            spares: Mutex::new(spares),
         }
     }
 

@@ -11,13 +11,15 @@
 //! waits for its consumers; a fused stage reuses its buffers only when no output view of an
 //! earlier execution is alive (correct under overlap, but then it allocates). An async
 //! execution registers a waker ([`Group::register_waker`]) that the actors wake as they
-//! finish.
+//! finish. In an `execute` with nothing else in flight, the driver runs the first actor's
+//! step itself when that actor may change threads ([`help`]).
 
 mod actors;
 mod ctx;
 mod deal;
 mod driver;
 pub(crate) mod edge;
+mod help;
 mod pipeline;
 mod rank;
 mod wake;
@@ -45,6 +47,7 @@ use crate::comm::{AbortHandle, Backend, Communicator};
 use crate::sync::prims::AtomicBool;
 use crate::sync::Epoch;
 use crate::{BoxError, Error};
+use help::{Help, Helped};
 use wake::WakeSlot;
 
 /// The generated per-actor step of a graph: a closure over the graph's edges.
@@ -98,6 +101,12 @@ pub struct Group<A, I, O> {
     links: Links,
     /// Why the group cannot run any more, if it cannot.
     broken: Option<String>,
+    /// The first actor's state, if the driver may run its steps (see [`help`]).
+    helper: Option<Arc<dyn Help<I, O>>>,
+    /// Whether the last submission left the first actor's step for the driver to run.
+    held: bool,
+    /// Executions submitted so far.
+    submitted: u64,
     /// The group owns no actor (they live on their threads), so it is `Send` and `Sync`
     /// whatever the actor type.
     _actors: PhantomData<fn() -> A>,
@@ -224,11 +233,15 @@ where
             abort: comms[0].abort_handle(),
             links: links.clone(),
             broken: None,
+            helper: None,
+            held: false,
+            submitted: 0,
             _actors: PhantomData,
         };
         let size = actors.len();
         let (attached_tx, attached) = std::sync::mpsc::sync_channel(size);
-        for (rank, (make, mut comm)) in actors.into_makers().into_iter().zip(comms).enumerate() {
+        let (makers, send) = actors.into_parts();
+        for (rank, (make, mut comm)) in makers.into_iter().zip(comms).enumerate() {
             let shared = Arc::clone(&group.shared);
             let (links, edges) = (links.clone(), edges.clone());
             let attached_tx = attached_tx.clone();
@@ -246,24 +259,38 @@ where
                     let actor = comm
                         .attach()
                         .and_then(|()| make_actor(make, name, rank, size));
-                    let (actor, ready) = match actor {
-                        Ok(actor) => (Some(actor), Ok(())),
-                        Err(e) => (None, Err(e)),
+                    let actor = match actor {
+                        Ok(actor) => actor,
+                        Err(e) => {
+                            let _ = attached_tx.send((rank, Err(e)));
+                            drop(guard);
+                            return Returned {
+                                actor: None,
+                                poisoned: None,
+                            };
+                        }
                     };
-                    let _ = attached_tx.send((rank, ready));
-                    drop(attached_tx);
-                    let Some(actor) = actor else {
-                        drop(guard);
-                        return Returned {
-                            actor: None,
-                            poisoned: None,
-                        };
-                    };
+                    // The first actor may run its steps on the driver's thread too, if it
+                    // and its communicator may change threads.
+                    let send = send.filter(|_| rank == 0 && comm.runs_on_any_thread());
                     let activity = Arc::clone(&shared.activity);
                     let ctx = StepCtx::new(name, comm, stage_names, schedule, links, activity);
                     let step =
                         move |a: &mut A, c: &mut StepCtx<B::Comm>, i: &I| step(a, c, i, &edges);
-                    let returned = actor_loop(actor, ctx, &step, &shared, rank);
+                    let returned = match send {
+                        Some(send) => {
+                            let helped = Arc::new(Helped::new(send(actor), ctx, step));
+                            let helper: Arc<dyn Help<I, O>> = helped.clone();
+                            let _ = attached_tx.send((rank, Ok(Some(helper))));
+                            drop(attached_tx);
+                            helped_loop(&helped, &shared, rank)
+                        }
+                        None => {
+                            let _ = attached_tx.send((rank, Ok(None)));
+                            drop(attached_tx);
+                            actor_loop(actor, ctx, &step, &shared, rank)
+                        }
+                    };
                     drop(guard);
                     returned
                 });
@@ -287,8 +314,11 @@ where
         let mut reported = vec![false; size];
         for _ in 0..size {
             let (rank, e) = match attached.recv() {
-                Ok((rank, Ok(()))) => {
+                Ok((rank, Ok(helper))) => {
                     reported[rank] = true;
+                    if helper.is_some() {
+                        group.helper = helper;
+                    }
                     continue;
                 }
                 Ok((rank, Err(e))) => {
@@ -348,13 +378,32 @@ where
     /// first; the caller keeps the number of executions in flight within the `depth`
     /// given at launch.
     pub fn submit(&mut self, input: I::Whole) {
+        self.submit_holding(input, false);
+    }
+
+    /// [`Group::submit`], except that the first actor's step is left for the caller to run
+    /// with [`Group::run_held`], when the first actor may run on the caller's thread and
+    /// has nothing else queued: whether it was left (see [`help`]).
+    pub(crate) fn submit_holding_first(&mut self, input: I::Whole) -> bool {
+        // Every earlier execution collected: the first actor's thread runs nothing now.
+        let idle = self.done_seen[0] == self.submitted;
+        let hold = self.helper.is_some() && idle;
+        self.submit_holding(input, hold);
+        hold
+    }
+
+    fn submit_holding(&mut self, input: I::Whole, hold: bool) {
+        self.submitted += 1;
         let slots = &self.shared.slots;
         // Each actor starts as soon as it has its input; every actor starts, even one that
-        // got none (it then fails its step, and its peers learn it).
+        // got none (it then fails its step, and its peers learn it). A held first actor is
+        // left for `run_held`, which runs after every other actor has its input.
         let mut started = 0;
         let mut start_through = |rank: usize| {
-            for slot in slots.iter().take(rank + 1).skip(started) {
-                slot.go.advance();
+            for (r, slot) in slots.iter().enumerate().take(rank + 1).skip(started) {
+                if r != 0 || !hold {
+                    slot.go.advance();
+                }
             }
             started = started.max(rank + 1);
         };
@@ -363,11 +412,37 @@ where
             start_through(rank);
         });
         start_through(slots.len() - 1);
+        self.held = hold;
     }
 
     /// The name of the group.
     pub fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// Runs on this thread the first actor's step that [`Group::submit_holding_first`]
+    /// left, or, if its own thread is busy after all, hands it over.
+    pub(crate) fn run_held(&mut self) {
+        if !std::mem::take(&mut self.held) {
+            return;
+        }
+        let slot = &self.shared.slots[0];
+        let Some(helper) = &self.helper else {
+            slot.go.advance();
+            return;
+        };
+        // A panic here (never a method's: those are caught) may leave peers waiting for
+        // this step: release them, as an actor thread that unwinds does.
+        let guard = UnwindGuard {
+            abort: &self.abort,
+            links: &self.links,
+        };
+        let ran = helper.try_run(slot);
+        std::mem::forget(guard);
+        match ran {
+            Some(result) => publish(&self.shared, slot, result),
+            None => slot.go.advance(),
+        }
     }
 
     /// Whether every actor has finished its step of the oldest execution not yet collected
@@ -597,6 +672,20 @@ impl<A, I, O> Drop for ExitGuard<'_, A, I, O> {
     }
 }
 
+/// Aborts the communicator and the edges if dropped while unwinding (see
+/// [`Group::run_held`]).
+struct UnwindGuard<'a> {
+    abort: &'a AbortHandle,
+    links: &'a Links,
+}
+
+impl Drop for UnwindGuard<'_> {
+    fn drop(&mut self) {
+        self.abort.abort();
+        self.links.abort();
+    }
+}
+
 /// Makes rank `rank`'s actor on its own thread; a failing or panicking maker is
 /// [`Error::ActorInit`].
 fn make_actor<A>(
@@ -642,8 +731,47 @@ fn actor_loop<A, C: Communicator, I, O>(
             Some(input) => ctx.execute(&mut actor, step, &input),
             None => ctx.fail("it was started without an input"),
         };
-        lock(&slot.output).push_back(result);
-        slot.done.advance();
-        shared.waker.wake();
+        publish(shared, slot, result);
     }
+}
+
+/// The loop of an actor whose steps the driver may run too (see [`help`]): one step per
+/// `go` advance, through the shared runner.
+fn helped_loop<A: 'static, C: Communicator, S, I, O>(
+    helped: &Helped<A, C, S>,
+    shared: &Shared<A, I, O>,
+    rank: usize,
+) -> Returned
+where
+    S: StepFn<A, C, I, O>,
+{
+    let slot = &shared.slots[rank];
+    let mut started = 0;
+    loop {
+        let _ = slot.go.wait_past(started, None);
+        if shared.shutdown.load(Acquire) {
+            // The driver is gone or stopping: nobody else uses the runner any more.
+            let Some(runner) = lock(&helped.runner).take() else {
+                return Returned {
+                    actor: None,
+                    poisoned: None,
+                };
+            };
+            let poisoned = runner.ctx.poisoned().map(str::to_owned);
+            let hand_back = lock(&shared.hand_back).is_some() && poisoned.is_none();
+            // Otherwise the actor is dropped here, on its own thread.
+            let actor = hand_back.then_some(runner.actor);
+            return Returned { actor, poisoned };
+        }
+        started += 1;
+        let result = helped.run(slot);
+        publish(shared, slot, result);
+    }
+}
+
+/// Hands a step's result to the driver: its output, the `done` advance, the async waker.
+fn publish<A, I, O>(shared: &Shared<A, I, O>, slot: &Slot<I, O>, result: Result<O, Error>) {
+    lock(&slot.output).push_back(result);
+    slot.done.advance();
+    shared.waker.wake();
 }

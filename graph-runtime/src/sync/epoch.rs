@@ -5,21 +5,55 @@ use std::time::Instant;
 
 use super::prims::{spin_loop, yield_now, AtomicU64, AtomicUsize, Condvar, Mutex};
 
-/// How a waiter waits before it parks: it spins only while every actor thread can have a
-/// core of its own (a spin round trip is ~0.2 µs), and otherwise yields at once, so that
-/// the thread it waits for gets the core; then it yields a while, then parks (a futex wake
-/// costs ~70 µs, so parking is the last resort, but an idle graph must not burn cores).
-/// Measured on 2 cores: spinning first made a 2-actor execute 30x slower (see BENCHMARKS.md).
+/// How a waiter waits before it parks: it spins only while every awake actor thread and
+/// the driver can have a core of its own (a spin round trip is ~0.2 µs), and otherwise
+/// yields at once, so that the thread it waits for gets the core; then it yields a while,
+/// then parks (a futex wake costs ~70 µs, so parking is the last resort, but an idle graph
+/// must not burn cores). Measured on 2 cores: spinning first made a 2-actor execute 30x
+/// slower when the actors and the driver outnumbered the cores (see BENCHMARKS.md). An
+/// actor thread that is parked needs no core: the first actor's, when the driver runs its
+/// steps (`exec::help`), so that two actors on two cores spin.
 #[cfg(not(loom))]
 mod budget {
+    use std::cell::Cell;
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     use std::sync::OnceLock;
 
-    // Under Miri every spin is interpreted, slowly: park soon.
+    // Under Miri every spin is interpreted, slowly: park soon. A spin is ~8 ns here.
     const SPINS: u32 = if cfg!(miri) { 0 } else { 256 };
+    const MAX_SPINS: u32 = if cfg!(miri) { 0 } else { 1024 };
+    const MIN_SPINS: u32 = if cfg!(miri) { 0 } else { 128 };
     pub(super) const YIELDS: u32 = if cfg!(miri) { 4 } else { 128 };
 
-    static LIVE_ACTORS: AtomicUsize = AtomicUsize::new(0);
+    /// Actor threads started, not ended and not parked.
+    static AWAKE_ACTORS: AtomicUsize = AtomicUsize::new(0);
+
+    thread_local! {
+        static IS_ACTOR: Cell<bool> = const { Cell::new(false) };
+        /// How long this thread spins before it yields, adapted to how spinning went
+        /// lately (see [`spun`]).
+        static SPIN_LIMIT: Cell<u32> = const { Cell::new(SPINS) };
+    }
+
+    /// Adapts this thread's spin limit to how its last spin ended: it grows by a quarter
+    /// after a wait that ended while spinning, and halves after one that did not. When
+    /// the machine is busy (other processes, or more threads than cores), the thread
+    /// waited for is often not running and spinning only takes its core: the limit then
+    /// falls to its floor within a few waits, and waits yield after ~1 µs; on a quiet
+    /// machine it stays near the top, where a wait costs a cache-line round trip. The floor
+    /// is above a handoff's usual wait (well under 1 µs here), so that a limit lowered by
+    /// a few long waits (an idle spell, a launch) grows back: with a floor below the usual
+    /// wait, every wait would fail and the limit would never grow again.
+    pub(super) fn spun(ended_spinning: bool) {
+        SPIN_LIMIT.with(|l| {
+            let limit = l.get();
+            l.set(if ended_spinning {
+                (limit + limit / 4 + 1).min(MAX_SPINS)
+            } else {
+                (limit / 2).max(MIN_SPINS)
+            })
+        });
+    }
 
     fn cores() -> usize {
         static CORES: OnceLock<usize> = OnceLock::new();
@@ -28,19 +62,44 @@ mod budget {
 
     pub(super) fn spins() -> u32 {
         // The driver thread counts too.
-        if LIVE_ACTORS.load(Relaxed) < cores() {
-            SPINS
+        if AWAKE_ACTORS.load(Relaxed) < cores() {
+            SPIN_LIMIT.with(Cell::get)
         } else {
             0
         }
     }
 
+    /// Called on an actor's thread as it starts.
     pub(crate) fn actor_started() {
-        LIVE_ACTORS.fetch_add(1, Relaxed);
+        IS_ACTOR.with(|a| a.set(true));
+        AWAKE_ACTORS.fetch_add(1, Relaxed);
     }
 
+    /// Called on an actor's thread as it ends.
     pub(crate) fn actor_ended() {
-        LIVE_ACTORS.fetch_sub(1, Relaxed);
+        IS_ACTOR.with(|a| a.set(false));
+        AWAKE_ACTORS.fetch_sub(1, Relaxed);
+    }
+
+    /// While alive, this thread, if an actor's, counts as parked.
+    pub(super) struct Parked(bool);
+
+    impl Parked {
+        pub(super) fn new() -> Self {
+            let actor = IS_ACTOR.with(Cell::get);
+            if actor {
+                AWAKE_ACTORS.fetch_sub(1, Relaxed);
+            }
+            Self(actor)
+        }
+    }
+
+    impl Drop for Parked {
+        fn drop(&mut self) {
+            if self.0 {
+                AWAKE_ACTORS.fetch_add(1, Relaxed);
+            }
+        }
     }
 }
 
@@ -51,11 +110,49 @@ mod budget {
     pub(super) fn spins() -> u32 {
         0
     }
+    pub(super) fn spun(_: bool) {}
     pub(crate) fn actor_started() {}
     pub(crate) fn actor_ended() {}
+    pub(super) struct Parked;
+    impl Parked {
+        pub(super) fn new() -> Self {
+            Self
+        }
+    }
 }
 
 pub(crate) use budget::{actor_ended, actor_started};
+
+/// How many times [`briefly`] yields at most: a yield costs ~0.15 µs when no other
+/// thread wants the core, and hands it over when one does.
+const BRIEF_YIELDS: u32 = if cfg!(any(miri, loom)) { 0 } else { 32 };
+
+/// How long [`briefly`] yields at most, however long each yield takes (on a busy machine
+/// one may hand the core to another process for a while).
+const BRIEF: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// Waits a little for `ready`, without parking: yields at most [`BRIEF_YIELDS`] times
+/// and for at most [`BRIEF`]. Whether `ready` became true. For a caller that must not
+/// block (an async poll about to return `Pending`): a step of a small graph ends within
+/// that time, and finding it done here saves the executor a park and a wake-up, which
+/// cost ~70 µs here. It yields rather than spins: the executor's thread is not counted
+/// among the actors', so a spin could hold the core the actor it waits for needs.
+pub(crate) fn briefly(mut ready: impl FnMut() -> bool) -> bool {
+    if BRIEF_YIELDS == 0 {
+        return ready();
+    }
+    let start = Instant::now();
+    for _ in 0..BRIEF_YIELDS {
+        if ready() {
+            return true;
+        }
+        if start.elapsed() >= BRIEF {
+            break;
+        }
+        yield_now();
+    }
+    ready()
+}
 
 /// Why a wait ended without the value moving.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,11 +290,16 @@ impl Epoch {
         deadline: Option<Instant>,
         abortable: bool,
     ) -> Result<u64, Interrupted> {
-        for _ in 0..budget::spins() {
+        let spins = budget::spins();
+        for _ in 0..spins {
             if let Some(r) = Self::check(self.state.load(Acquire), seen, abortable) {
+                budget::spun(true);
                 return r;
             }
             spin_loop();
+        }
+        if spins > 0 {
+            budget::spun(false);
         }
         for _ in 0..budget::YIELDS {
             if let Some(r) = Self::check(self.state.load(Acquire), seen, abortable) {
@@ -215,6 +317,7 @@ impl Epoch {
         deadline: Option<Instant>,
         abortable: bool,
     ) -> Result<u64, Interrupted> {
+        let _parked = budget::Parked::new();
         let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             let state = self.state.fetch_or(SLEEPERS, AcqRel);

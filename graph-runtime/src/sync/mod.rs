@@ -7,7 +7,7 @@
 
 mod epoch;
 
-pub(crate) use epoch::{actor_ended, actor_started, Barrier, Epoch, Interrupted};
+pub(crate) use epoch::{actor_ended, actor_started, briefly, Barrier, Epoch, Interrupted};
 
 #[cfg(loom)]
 pub(crate) mod prims {

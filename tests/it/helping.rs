@@ -1,0 +1,81 @@
+//! Where steps run: the thread that calls `execute` runs the first actor's step itself
+//! when the actors may change threads (ready values on `Cpu`) and nothing else is in
+//! flight; every other step runs on its actor's own thread.
+
+use actorgraph::prelude::*;
+
+/// Reports the thread each step runs on, and how many steps it ran.
+struct Where {
+    steps: usize,
+}
+
+fn current_thread() -> String {
+    std::thread::current().name().unwrap_or("").to_string()
+}
+
+#[actor]
+impl Where {
+    fn thread(&mut self) -> (String, usize) {
+        self.steps += 1;
+        (current_thread(), self.steps)
+    }
+}
+
+graph! {
+    Threads(ws: [Where]) {
+        ws.thread()
+    }
+}
+
+fn own(rank: usize) -> String {
+    format!("actorgraph-ws-{rank}")
+}
+
+#[test]
+fn execute_runs_the_first_ready_actor_on_the_calling_thread() {
+    let me = current_thread();
+    let mut g = Threads::launch(vec![Where { steps: 0 }, Where { steps: 0 }], Cpu).unwrap();
+    for step in 1..=3 {
+        assert_eq!(
+            g.execute().unwrap(),
+            vec![(me.clone(), step), (own(1), step)]
+        );
+    }
+    // With a timeout the caller must stay free to give up: every step on its own thread.
+    assert_eq!(
+        g.execute_timeout(std::time::Duration::from_secs(60))
+            .unwrap(),
+        vec![(own(0), 4), (own(1), 4)]
+    );
+    // The state is the same actor's, whichever thread ran it, and teardown hands it back.
+    assert_eq!(g.execute().unwrap()[0], (me, 5));
+    let actors = g.teardown().unwrap();
+    assert_eq!(actors.iter().map(|a| a.steps).collect::<Vec<_>>(), [5, 5]);
+}
+
+#[test]
+fn submitted_and_async_executions_run_on_the_actors_threads() {
+    let options = LaunchOptions::default().max_in_flight(2);
+    let mut g =
+        Threads::launch_with(vec![Where { steps: 0 }, Where { steps: 0 }], Cpu, options).unwrap();
+    let first = g.submit().unwrap();
+    // Another execution is in flight: the caller does not run this one.
+    let second = g.submit().unwrap();
+    assert_eq!(g.wait(first).unwrap(), vec![(own(0), 1), (own(1), 1)]);
+    assert_eq!(g.wait(second).unwrap(), vec![(own(0), 2), (own(1), 2)]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    assert_eq!(
+        rt.block_on(g.execute_async()).unwrap(),
+        vec![(own(0), 3), (own(1), 3)]
+    );
+    assert_eq!(g.execute().unwrap()[0], (current_thread(), 4));
+}
+
+#[test]
+fn actors_made_on_their_threads_stay_there() {
+    let made = Actors::each(2, |_, _| Where { steps: 0 });
+    let mut g = Threads::launch_actors(made, Cpu, LaunchOptions::default()).unwrap();
+    assert_eq!(g.execute().unwrap(), vec![(own(0), 1), (own(1), 1)]);
+}
