@@ -23,14 +23,15 @@ use std::any::Any;
 use std::marker::PhantomData;
 use std::sync::{Mutex, TryLockError};
 
-use super::{lock, Slot, StepCtx, StepFn};
+use super::{lock, Ctx, Slot, StepCtx, StepFn};
 use crate::comm::Communicator;
 use crate::Error;
 
 /// An actor's state, runnable by whichever thread holds it: the actor (boxed as `Send`,
-/// which is why it may move), its context and its step.
+/// which is why it may move), its rank context, its step context and its step.
 pub(super) struct Runner<A, C, S> {
     pub(super) actor: Box<dyn Any + Send>,
+    rank: Ctx,
     pub(super) ctx: StepCtx<C>,
     step: S,
     _actor: PhantomData<fn() -> A>,
@@ -50,10 +51,11 @@ pub(super) struct Helped<A, C, S> {
 }
 
 impl<A: 'static, C: Communicator, S> Helped<A, C, S> {
-    pub(super) fn new(actor: Box<dyn Any + Send>, ctx: StepCtx<C>, step: S) -> Self {
+    pub(super) fn new(actor: Box<dyn Any + Send>, rank: Ctx, ctx: StepCtx<C>, step: S) -> Self {
         Self {
             runner: Mutex::new(Some(Runner {
                 actor,
+                rank,
                 ctx,
                 step,
                 _actor: PhantomData,
@@ -102,13 +104,19 @@ where
 {
     let input = lock(&slot.input).pop_front();
     let Some(Runner {
-        actor, ctx, step, ..
+        actor,
+        rank,
+        ctx,
+        step,
+        ..
     }) = runner
     else {
         return Err(Error::Backend(
             "internal error: a step ran after its actor stopped".into(),
         ));
     };
+    // `Ctx::current` in the step, on whichever thread runs it.
+    let _rank = rank.scope();
     let Some(actor) = actor.downcast_mut::<A>() else {
         return ctx.fail("its thread holds something else than its actor");
     };

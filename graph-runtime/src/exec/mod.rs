@@ -279,7 +279,12 @@ where
                         move |a: &mut A, c: &mut StepCtx<B::Comm>, i: &I| step(a, c, i, &edges);
                     let returned = match send {
                         Some(send) => {
-                            let helped = Arc::new(Helped::new(send(actor), ctx, step));
+                            let helped = Arc::new(Helped::new(
+                                send(actor),
+                                rank::Ctx::new(name, rank, size),
+                                ctx,
+                                step,
+                            ));
                             let helper: Arc<dyn Help<I, O>> = helped.clone();
                             let _ = attached_tx.send((rank, Ok(Some(helper))));
                             drop(attached_tx);

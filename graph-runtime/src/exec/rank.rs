@@ -1,9 +1,9 @@
 //! Where a method runs: its actor's rank, its group's size and its group's name, for code
 //! running on an actor's thread ([`Ctx::current`]).
 //!
-//! An actor never changes threads (see [`crate::exec`]), so the context is a thread-local
-//! set once when the actor's thread starts, before its actor is made: reading it costs a
-//! thread-local load and nothing is done per execution.
+//! The context is a thread-local set once when the actor's thread starts, before its actor
+//! is made: reading it costs a thread-local load. A step the driver's thread runs for the
+//! first actor (see `exec::help`) sets it for that step and puts the driver's back after.
 
 use std::cell::Cell;
 
@@ -85,7 +85,24 @@ impl Ctx {
         CURRENT.with(|c| c.set(Some(self)));
     }
 
+    /// Makes this the context of the calling thread until the returned guard drops: for a
+    /// step that the driver's thread runs for an actor (see `exec::help`), so that the
+    /// step sees its actor's context there too, and the driver none afterwards.
+    pub(crate) fn scope(self) -> Scope {
+        Scope(CURRENT.with(|c| c.replace(Some(self))))
+    }
+
     pub(crate) fn new(group: &'static str, rank: usize, size: usize) -> Self {
         Self { group, rank, size }
+    }
+}
+
+/// The calling thread's context before [`Ctx::scope`], put back on drop (also when a step
+/// unwinds).
+pub(crate) struct Scope(Option<Ctx>);
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.set(self.0));
     }
 }
