@@ -73,14 +73,17 @@ pub mod __private {
     pub use std::time::Duration;
     pub use std::vec::Vec;
 
-    /// Checks, at launch, that a rooted stage's root is a rank of its group.
+    /// Checks, at launch, that a rooted stage's root is a rank of its group. An empty group
+    /// is reported as such: no root could be right, and the user's mistake is the group.
     pub fn check_root(
         group: &'static str,
         size: usize,
         stage: &'static str,
         root: usize,
     ) -> Result<(), Error> {
-        if root < size {
+        if size == 0 {
+            Err(Error::EmptyGroup { group })
+        } else if root < size {
             Ok(())
         } else {
             Err(Error::RootOutOfRange {
@@ -92,9 +95,12 @@ pub mod __private {
         }
     }
 
-    /// Checks, at launch, that an actor the graph addresses (`group[index]`) exists.
+    /// Checks, at launch, that an actor the graph addresses (`group[index]`) exists; an
+    /// empty group is reported as such.
     pub fn check_index(group: &'static str, size: usize, index: usize) -> Result<(), Error> {
-        if index < size {
+        if size == 0 {
+            Err(Error::EmptyGroup { group })
+        } else if index < size {
             Ok(())
         } else {
             Err(Error::IndexOutOfRange { group, index, size })

@@ -333,6 +333,21 @@ fn a_broadcast_root_outside_the_group_fails_at_launch() {
 }
 
 #[test]
+fn a_rooted_stage_over_an_empty_group_is_an_empty_group_error() {
+    // Not `RootOutOfRange { size: 0 }`: no root could be right, the group is the mistake.
+    for result in [
+        BroadcastFlat::launch(Vec::new(), Cpu).map(drop),
+        ReduceFlat::launch(Vec::new(), Cpu).map(drop),
+    ] {
+        match result {
+            Err(Error::EmptyGroup { group }) => assert_eq!(group, "ns"),
+            Err(other) => panic!("expected EmptyGroup, got {other}"),
+            Ok(()) => panic!("an empty group must not launch"),
+        }
+    }
+}
+
+#[test]
 fn reduce_gives_the_root_the_result_and_the_others_none() {
     let mut g = ReduceFlat::launch(nodes(3), Cpu).unwrap();
     let out: Vec<Option<Tensor<f32>>> = g.execute().unwrap();

@@ -188,6 +188,11 @@ fn an_output_mixes_a_groups_values_with_one_actor_of_a_smaller_or_larger_group()
             size: 2
         })
     ));
+    // An empty group is reported as empty, not as an index past its end.
+    assert!(matches!(
+        Picks::launch(Vec::new(), vec![Coord::default()], Cpu),
+        Err(Error::EmptyGroup { group: "workers" })
+    ));
 }
 
 graph! {
