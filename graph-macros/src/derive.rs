@@ -11,6 +11,7 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{parse_quote, Data, DeriveInput, Fields, Member, Type, WhereClause};
 
+use crate::respan::respan;
 use crate::rt;
 
 /// What the three derives share: the struct's name, generics and fields.
@@ -55,8 +56,9 @@ impl Item {
         let (impl_g, ty_g, where_c) = self.input.generics.split_for_impl();
         let mut where_c: WhereClause = where_c.cloned().unwrap_or_else(|| parse_quote!(where));
         for (_, ty) in &self.fields {
-            let b = bound(ty);
-            // At the field: rustc reports an unmet bound of a concrete type there.
+            // The whole predicate at the field: rustc reports an unmet bound at the bound's
+            // tokens, which would otherwise point at the derive.
+            let b = respan(bound(ty), ty.span());
             where_c
                 .predicates
                 .push(syn::parse_quote_spanned!(ty.span()=> #ty: #b));

@@ -6,6 +6,7 @@ mod actor;
 mod derive;
 mod diag;
 mod graph;
+mod respan;
 mod rt;
 
 use proc_macro::TokenStream;

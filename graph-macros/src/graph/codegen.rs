@@ -13,10 +13,10 @@ use quote::{format_ident, quote, quote_spanned};
 
 use super::ir::{Check, CheckKind, Graph, OpKind, Place};
 use super::plan::{edge_type, list, output_type, GroupPlan};
-use super::respan::{respan, respan_ends};
 use super::schedule::{self, Route, Schedule};
 use super::types::{checked_alias, method_aliases, privacy_alias};
 use super::{dot, step};
+use crate::respan::{respan, respan_ends};
 use crate::rt;
 
 // The docs of the generated methods that take more than a line: each is one attribute (one

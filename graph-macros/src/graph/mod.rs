@@ -13,7 +13,6 @@ mod lower;
 mod ops;
 mod parse;
 mod plan;
-mod respan;
 mod schedule;
 mod stage;
 mod step;

@@ -14,10 +14,10 @@ use quote::{format_ident, quote, quote_spanned};
 
 use super::ir::{Graph, OpKind, Place, ValueId};
 use super::plan::{edge_type, GroupPlan};
-use super::respan::{at_user, respan};
 use super::schedule::{Item, Route, Schedule};
 use super::stage::{collective_expr, stage_code, StageValue};
 use super::types::{checked_type, method as method_of};
+use crate::respan::{at_user, respan};
 use crate::rt;
 
 /// A local of the generated step.
