@@ -1141,21 +1141,28 @@ mod simulated;
 // ---------------------------------------------------------------------------------------
 // A device communicator is checked against the layout it is told, whoever tells it.
 
-/// The Nccl backend's communicators, passing each device stage on to NCCL with a header
-/// that claims one element more per value than the stage's regions hold.
-struct Forging;
+/// The Nccl backend's communicators, changed in one way each test needs.
+#[derive(Clone, Copy)]
+enum Twisted {
+    /// Passes each device stage on to NCCL with a header that claims one element more per
+    /// value than the stage's regions hold.
+    Forging,
+    /// Without the device capability: fused stages then run over host memory, through
+    /// `NcclComm`'s host `stage` (copies to the GPU and back).
+    HostMode,
+}
 
-struct ForgingComm(nccl::NcclComm);
+struct TwistedComm(nccl::NcclComm, Twisted);
 
-impl Backend for Forging {
-    type Comm = ForgingComm;
-    fn communicators(&self, size: usize) -> Result<Vec<ForgingComm>, Error> {
+impl Backend for Twisted {
+    type Comm = TwistedComm;
+    fn communicators(&self, size: usize) -> Result<Vec<TwistedComm>, Error> {
         let comms = Nccl::new(0..size)?.communicators(size)?;
-        Ok(comms.into_iter().map(ForgingComm).collect())
+        Ok(comms.into_iter().map(|c| TwistedComm(c, *self)).collect())
     }
 }
 
-impl Communicator for ForgingComm {
+impl Communicator for TwistedComm {
     fn rank(&self) -> usize {
         self.0.rank()
     }
@@ -1178,11 +1185,15 @@ impl Communicator for ForgingComm {
         self.0.attach()
     }
     fn device_comm(&mut self) -> Option<&mut dyn DeviceComm> {
-        Some(self)
+        match self.1 {
+            Twisted::Forging => Some(self),
+            Twisted::HostMode => None,
+        }
     }
 }
 
-impl DeviceComm for ForgingComm {
+/// Reached in `Twisted::Forging` mode only (`device_comm`).
+impl DeviceComm for TwistedComm {
     fn device(&self) -> Option<&Device> {
         self.0.device()
     }
@@ -1213,7 +1224,7 @@ impl DeviceComm for ForgingComm {
 #[test]
 fn a_device_stage_whose_regions_do_not_match_its_header_is_an_error() {
     let Some(_turn) = gpu_turn(1) else { return };
-    let mut g = MixedSum::launch(vec![Maker { calls: 0 }], Forging).unwrap();
+    let mut g = MixedSum::launch(vec![Maker { calls: 0 }], Twisted::Forging).unwrap();
     // NCCL would run past the regions: the communicator refuses, on every execution.
     for _ in 0..2 {
         match g.execute() {
@@ -1319,50 +1330,12 @@ fn peers_may_read_and_write_the_pool_the_stage_buffers_come_from() {
     }
 }
 
-/// The Nccl backend's communicators without the device capability: fused stages then run
-/// over host memory, through `NcclComm`'s host `stage` (copies to the GPU and back).
-struct HostMode;
-
-struct HostModeComm(nccl::NcclComm);
-
-impl Backend for HostMode {
-    type Comm = HostModeComm;
-    fn communicators(&self, size: usize) -> Result<Vec<HostModeComm>, Error> {
-        let comms = Nccl::new(0..size)?.communicators(size)?;
-        Ok(comms.into_iter().map(HostModeComm).collect())
-    }
-}
-
-impl Communicator for HostModeComm {
-    fn rank(&self) -> usize {
-        self.0.rank()
-    }
-    fn size(&self) -> usize {
-        self.0.size()
-    }
-    fn stage(
-        &mut self,
-        header: &Header<'_>,
-        collective: Collective,
-        regions: &mut [RegionMut<'_>],
-        outputs: &mut [RegionMut<'_>],
-    ) -> Result<(), StageError> {
-        self.0.stage(header, collective, regions, outputs)
-    }
-    fn abort_handle(&self) -> AbortHandle {
-        self.0.abort_handle()
-    }
-    fn attach(&mut self) -> Result<(), Error> {
-        self.0.attach()
-    }
-}
-
 #[test]
 fn host_regions_staged_through_the_gpu_give_the_device_modes_results() {
     let Some(turn) = gpu_turn(1) else { return };
     let n = turn.ranks();
     let mut on_device = HostOnly::launch(host_vals(n), Nccl::new(0..n).unwrap()).unwrap();
-    let mut on_host = HostOnly::launch(host_vals(n), HostMode).unwrap();
+    let mut on_host = HostOnly::launch(host_vals(n), Twisted::HostMode).unwrap();
     // Twice: the second execution reuses the page-locked and device scratch buffers.
     for _ in 0..2 {
         let want = format!("{:?}", on_device.execute().unwrap());
