@@ -1,17 +1,18 @@
 //! After warm-up, a graph with edges of every kind (group to group, one actor to a group,
-//! one actor to another) and a collective allocates nothing on its actor threads per
-//! execute: edge slots, schedules and stage buffers are all reused.
+//! one actor to another) and a collective allocates nothing on behalf of its actors per
+//! execute: edge slots, schedules and stage buffers are all reused; wherever a step runs
+//! (its actor's thread, or the caller's for ready values: `exec::help`).
 
-use crate::counting_alloc::{count_this_thread, counted, turn};
+use crate::counting_alloc::{counted, turn};
 
 use actorgraph::prelude::*;
 
+#[derive(Clone)]
 struct Echo;
 
 #[actor]
 impl Echo {
     fn echo(&mut self, x: &Tensor<f32>) -> Tensor<f32> {
-        count_this_thread();
         x.clone()
     }
 }
@@ -33,39 +34,43 @@ graph! {
 #[test]
 fn steady_state_edges_allocate_nothing_on_the_actors() {
     let _turn = turn();
-    // Made on their threads, so that every step runs there (ready values may also run a
-    // step on the caller's thread, whose own allocations this test does not count).
+    // Ready values: the caller's thread runs the first actor's step.
+    let ready = || vec![Echo, Echo, Echo];
+    let ready = Pipe::launch(ready(), ready(), Cpu).unwrap();
+    // Made on their threads: every step runs there.
     let made = || Actors::each(3, |_, _| Echo);
-    let mut g = Pipe::launch_actors(made(), made(), Cpu, LaunchOptions::default()).unwrap();
-    let a = Tensor::full([1000], 1.0f32);
-    for _ in 0..10 {
-        g.execute(a.clone()).unwrap();
+    let made = Pipe::launch_actors(made(), made(), Cpu, LaunchOptions::default()).unwrap();
+    for mut g in [ready, made] {
+        let a = Tensor::full([1000], 1.0f32);
+        for _ in 0..10 {
+            g.execute(a.clone()).unwrap();
+        }
+        let before = counted();
+        for _ in 0..5_000 {
+            let out = g.execute(a.clone()).unwrap();
+            assert_eq!(out[2].0.as_slice()[999], 3.0);
+            assert!(out[1].1.is_some());
+        }
+        let after = counted();
+        assert_eq!(
+            after - before,
+            0,
+            "allocations on behalf of the actors in 5 000 executes"
+        );
+        // The counter is live: a held view forces a fresh stage buffer on the next execute.
+        let held = g.execute(a.clone()).unwrap();
+        g.execute(a).unwrap();
+        assert!(counted() > after);
+        drop(held);
     }
-    let before = counted();
-    for _ in 0..5_000 {
-        let out = g.execute(a.clone()).unwrap();
-        assert_eq!(out[2].0.as_slice()[999], 3.0);
-        assert!(out[1].1.is_some());
-    }
-    let after = counted();
-    assert_eq!(
-        after - before,
-        0,
-        "allocations on actor threads in 5 000 executes"
-    );
-    // The counter is live: a held view forces a fresh stage buffer on the next execute.
-    let held = g.execute(a.clone()).unwrap();
-    g.execute(a).unwrap();
-    assert!(counted() > after);
-    drop(held);
 }
 
+#[derive(Clone)]
 struct Sum;
 
 #[actor]
 impl Sum {
     fn total(&mut self, all: &[Tensor<f32>]) -> f32 {
-        count_this_thread();
         all.iter().map(|t| t.as_slice()[0]).sum()
     }
 }
@@ -86,27 +91,30 @@ graph! {
 #[test]
 fn steady_state_per_rank_inputs_one_ranks_value_and_gathers_allocate_nothing_on_the_actors() {
     let _turn = turn();
-    // Made on their threads, so that every step runs there (ready values may also run a
-    // step on the caller's thread, whose own allocations this test does not count).
+    // Ready values: the caller's thread runs the first actor's step.
+    let ready = Ranked::launch(vec![Echo; 2], vec![Echo; 3], vec![Sum; 3], Cpu).unwrap();
+    // Made on their threads: every step runs there.
     let echoes = |n| Actors::each(n, |_, _| Echo);
     let sums = Actors::each(3, |_, _| Sum);
     let options = LaunchOptions::default();
-    let mut g = Ranked::launch_actors(echoes(2), echoes(3), sums, Cpu, options).unwrap();
-    let a = Tensor::full([1000], 1.0f32);
-    let b = Tensor::full([1000], 2.0f32);
-    for _ in 0..10 {
-        g.execute(vec![a.clone(), b.clone()]).unwrap();
+    let made = Ranked::launch_actors(echoes(2), echoes(3), sums, Cpu, options).unwrap();
+    for mut g in [ready, made] {
+        let a = Tensor::full([1000], 1.0f32);
+        let b = Tensor::full([1000], 2.0f32);
+        for _ in 0..10 {
+            g.execute(vec![a.clone(), b.clone()]).unwrap();
+        }
+        let before = counted();
+        for _ in 0..5_000 {
+            let out = g.execute(vec![a.clone(), b.clone()]).unwrap();
+            assert_eq!(out[2].0.as_slice()[0], 2.0);
+            assert!(out[0].1.is_some() && out[2].1.is_none());
+            assert_eq!((out[0].3, out[2].4), (Some(3.0), 3.0));
+        }
+        assert_eq!(
+            counted() - before,
+            0,
+            "allocations on behalf of the actors in 5 000 executes"
+        );
     }
-    let before = counted();
-    for _ in 0..5_000 {
-        let out = g.execute(vec![a.clone(), b.clone()]).unwrap();
-        assert_eq!(out[2].0.as_slice()[0], 2.0);
-        assert!(out[0].1.is_some() && out[2].1.is_none());
-        assert_eq!((out[0].3, out[2].4), (Some(3.0), 3.0));
-    }
-    assert_eq!(
-        counted() - before,
-        0,
-        "allocations on actor threads in 5 000 executes"
-    );
 }

@@ -1,9 +1,10 @@
 //! A global allocator for allocation-counting tests: it counts the allocations made on
-//! threads that opted in with [`count_this_thread`] (the actor threads, from inside a
-//! method), so that the driver's own `Vec` of outputs is not counted.
+//! behalf of an actor, that is while the thread has an actor's context
+//! (`actorgraph::Ctx::current()`): all the time on an actor's own thread, and only inside
+//! the step on a driver thread that runs one for an actor. So the driver's own `Vec` of
+//! outputs is not counted, and a step is, wherever it runs.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
@@ -11,15 +12,18 @@ struct Counting;
 
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 
-thread_local! {
-    static COUNTED: Cell<bool> = const { Cell::new(false) };
+/// Whether this allocation is made on behalf of an actor. `Ctx::current` reads a `Cell`
+/// thread-local with a constant initialiser and no destructor: it does not allocate and is
+/// readable at any point of a thread's life, so it may be asked from inside the allocator.
+fn counted_here() -> bool {
+    actorgraph::Ctx::current().is_some()
 }
 
 // SAFETY: every call is forwarded unchanged to the system allocator; counting touches
-// only an atomic and a thread-local flag, neither of which allocates.
+// only an atomic and a thread-local, neither of which allocates.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTED.with(Cell::get) {
+        if counted_here() {
             COUNT.fetch_add(1, Relaxed);
         }
         // SAFETY: forwarded unchanged to the system allocator.
@@ -30,7 +34,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTED.with(Cell::get) {
+        if counted_here() {
             COUNT.fetch_add(1, Relaxed);
         }
         // SAFETY: forwarded unchanged to the system allocator.
@@ -41,12 +45,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// From now on, count the allocations this thread makes.
-pub fn count_this_thread() {
-    COUNTED.with(|c| c.set(true));
-}
-
-/// The allocations counted so far, on every opted-in thread.
+/// The allocations counted so far, on behalf of every actor of every graph.
 pub fn counted() -> usize {
     COUNT.load(Relaxed)
 }
