@@ -1013,6 +1013,11 @@ impl Pair {
     }
 }
 
+/// The sum of the two `Pair`s' gradients, exact (small integers).
+fn pair_sums() -> Vec<f32> {
+    (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect()
+}
+
 graph! {
     PairSum(ns: [Pair]) {
         let g = ns.grad();
@@ -1031,7 +1036,7 @@ fn two_gpus_allreduce_to_bitwise_identical_exact_sums() {
     let Some(_turn) = gpu_turn(2) else { return };
     let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
     let mut g = PairSum::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
-    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let want = pair_sums();
     for _ in 0..3 {
         let out = g.execute_timeout(Duration::from_secs(60)).unwrap();
         let bits: Vec<Vec<u32>> = out
@@ -1309,7 +1314,7 @@ fn peers_may_read_and_write_the_pool_the_stage_buffers_come_from() {
     });
     let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
     let mut g = PairSum::launch(pairs, Nccl::new(devices).unwrap()).unwrap();
-    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let want = pair_sums();
     for (t, l) in g.execute_timeout(Duration::from_secs(60)).unwrap() {
         assert_eq!((host(&t), l), (want.clone(), 3.0));
     }

@@ -233,8 +233,16 @@ fn pair_sum() -> PairSum {
     .unwrap()
 }
 
+/// The outcome of an execution after a failure that ended the group.
+fn assert_broken<T: std::fmt::Debug>(outcome: Result<T, Error>) {
+    assert!(
+        matches!(outcome, Err(Error::Broken { .. })),
+        "expected Error::Broken, got {outcome:?}"
+    );
+}
+
 fn assert_exact_sums(g: &mut PairSum) {
-    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let want = pair_sums();
     let out = g.execute_timeout(LONG).unwrap();
     for (t, l) in &out {
         assert_eq!((host(t), *l), (want.clone(), 3.0));
@@ -362,7 +370,7 @@ graph! {
 #[test]
 fn results_handed_out_stay_right_when_a_later_stage_fails() {
     let Some(sim) = sim() else { return };
-    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let want = pair_sums();
     let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
     let mut g = PairGrad::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
     for t in g.execute_timeout(LONG).unwrap() {
@@ -386,10 +394,7 @@ fn results_handed_out_stay_right_when_a_later_stage_fails() {
             "a result handed out before the failure changed"
         );
     }
-    assert!(matches!(
-        g.execute_timeout(LONG).map(drop),
-        Err(Error::Broken { .. })
-    ));
+    assert_broken(g.execute_timeout(LONG));
     g.teardown().unwrap();
 }
 
@@ -410,10 +415,7 @@ fn an_nccl_error_reported_later_fails_the_stage_that_waits_for_it() {
         }
         other => panic!("expected the asynchronous NCCL error, got {other:?}"),
     }
-    assert!(matches!(
-        g.execute_timeout(LONG).map(drop),
-        Err(Error::Broken { .. })
-    ));
+    assert_broken(g.execute_timeout(LONG));
     g.teardown().unwrap();
 
     // All on the GPU, nothing waits: the next stage reports it.
@@ -426,17 +428,14 @@ fn an_nccl_error_reported_later_fails_the_stage_that_waits_for_it() {
         Err(Error::Gpu { call, .. }) => assert_eq!(call, "ncclCommGetAsyncError"),
         other => panic!("expected the asynchronous NCCL error, got {other:?}"),
     }
-    assert!(matches!(
-        g.execute_timeout(LONG).map(drop),
-        Err(Error::Broken { .. })
-    ));
+    assert_broken(g.execute_timeout(LONG));
     g.teardown().unwrap();
 }
 
 #[test]
 fn results_held_across_teardown_stay_right() {
     let Some(sim) = sim() else { return };
-    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let want = pair_sums();
     let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
     let mut g = PairGrad::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
     g.execute_timeout(LONG).unwrap();
@@ -477,7 +476,7 @@ graph! {
 #[test]
 fn results_held_across_a_timeout_stay_right() {
     let Some(sim) = sim() else { return };
-    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let want = pair_sums();
     let lags = vec![Lag { rank: 0 }, Lag { rank: 1 }];
     let mut g = LagGrad::launch(lags, Nccl::new([0, 1]).unwrap()).unwrap();
     g.execute_timeout(0, LONG).unwrap();
@@ -489,10 +488,7 @@ fn results_held_across_a_timeout_stay_right() {
         Err(Error::Timeout { ranks, .. }) => assert_eq!(ranks, vec![1]),
         other => panic!("expected Error::Timeout, got {:?}", other.map(drop)),
     }
-    assert!(matches!(
-        g.execute_timeout(0, LONG).map(drop),
-        Err(Error::Broken { .. })
-    ));
+    assert_broken(g.execute_timeout(0, LONG));
     sim.slow_jobs(1, 0);
     for t in &held {
         let got = host(t);
@@ -517,7 +513,7 @@ graph! {
 #[test]
 fn a_host_value_queued_behind_a_stuck_collective_fails_the_stage_without_a_hang() {
     let Some(sim) = sim() else { return };
-    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let want = pair_sums();
     let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
     let mut g = GradThenLoss::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
     for (t, l) in g.execute_timeout(LONG).unwrap() {
@@ -532,10 +528,7 @@ fn a_host_value_queued_behind_a_stuck_collective_fails_the_stage_without_a_hang(
         Err(Error::Gpu { call, .. }) => assert_eq!(call, "ncclCommGetAsyncError"),
         other => panic!("expected the asynchronous NCCL error, got {other:?}"),
     }
-    assert!(matches!(
-        g.execute_timeout(LONG).map(drop),
-        Err(Error::Broken { .. })
-    ));
+    assert_broken(g.execute_timeout(LONG));
     g.teardown().unwrap();
 }
 
@@ -551,17 +544,14 @@ fn a_rank_whose_first_large_collective_fails_leaves_no_peer_connecting() {
     sim.fail_nccl_call(1, 1);
     let failed = g.execute_timeout(LONG).map(drop);
     assert!(matches!(failed, Err(Error::Gpu { .. })), "{failed:?}");
-    assert!(matches!(
-        g.execute_timeout(LONG).map(drop),
-        Err(Error::Broken { .. })
-    ));
+    assert_broken(g.execute_timeout(LONG));
     g.teardown().unwrap();
 }
 
 #[test]
 fn a_free_that_fails_on_the_callers_thread_does_not_end_the_group() {
     let Some(sim) = sim() else { return };
-    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let want = pair_sums();
     let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
     let mut g = PairGrad::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
     // Held across the next execution, which then takes new stage buffers: dropping these
@@ -582,7 +572,7 @@ fn a_free_that_fails_on_the_callers_thread_does_not_end_the_group() {
 #[test]
 fn a_free_that_fails_on_an_actors_thread_fails_its_next_stage_by_name() {
     let Some(sim) = sim() else { return };
-    let want: Vec<f32> = (0..1 << 16).map(|i| ((i % 97) * 3) as f32).collect();
+    let want = pair_sums();
     let pairs = vec![Pair { rank: 0 }, Pair { rank: 1 }];
     let mut g = PairGrad::launch(pairs, Nccl::new([0, 1]).unwrap()).unwrap();
     g.execute_timeout(LONG).unwrap();
