@@ -230,7 +230,6 @@ impl Worker {
 
     /// The optimizer's step with the averaged gradients; then, if `evaluate`, this rank's
     /// score on its share of the held-out wines.
-    #[allow(clippy::ptr_arg)] // A graph hands a node the `Vec` the collective made.
     fn update(
         &mut self,
         grads: &Vec<CTensor>,
