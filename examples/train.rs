@@ -359,7 +359,7 @@ fn train(wine: &Wine, args: &Args, n: usize) -> Result<Outcome, Box<dyn Error>> 
     let steps = wine.train.rows() / args.batch;
     let mut g = TrainStep::launch(make_workers(wine, args, n)?, Cpu)?;
     println!("epoch  train loss  held-out accuracy  time per step");
-    let mut accuracy = 0.0;
+    let (mut accuracy, mut total) = (0.0, Duration::ZERO);
     for epoch in 1..=args.epochs {
         let (mut loss, mut elapsed) = (0.0, Duration::ZERO);
         let (mut correct, mut scored) = (0, 0);
@@ -371,6 +371,7 @@ fn train(wine: &Wine, args: &Args, n: usize) -> Result<Outcome, Box<dyn Error>> 
             correct += reports.iter().map(|r| r.correct).sum::<usize>();
             scored += reports.iter().map(|r| r.scored).sum::<usize>();
         }
+        total += elapsed;
         accuracy = correct as f64 / scored as f64;
         println!(
             "{epoch:>5}  {:>10.4}  {:>16.1}%  {:>10.1} µs",
@@ -379,6 +380,11 @@ fn train(wine: &Wine, args: &Args, n: usize) -> Result<Outcome, Box<dyn Error>> 
             elapsed.as_secs_f64() * 1e6 / steps as f64
         );
     }
+    println!(
+        "mean time per step: {:.1} µs over {} steps (execute only)",
+        total.as_secs_f64() * 1e6 / (steps * args.epochs) as f64,
+        steps * args.epochs
+    );
     let workers = g.teardown()?;
     let bits = |w: &Worker| -> candle_core::Result<Vec<u32>> {
         let mut bits = Vec::new();
