@@ -50,7 +50,7 @@ pub use __private::{
 #[doc(hidden)]
 pub mod __private {
     pub use crate::bucket::{FusedStage, SlotIdx};
-    pub use crate::comm::{Backend, Collective, Communicator, ReduceOp};
+    pub use crate::comm::{Backend, Collective, Communicator, GraphInfo, ReduceOp};
     pub use crate::exec::{
         Actors, Deal, Driven, Driver, Edge, EdgeValue, Elements, GraphDriver, Group, LaunchOptions,
         Links, PerRankValues, RankInputs, Route, Stage, StepCtx, StepFn, SyncPoint, Ticket,
@@ -72,6 +72,30 @@ pub mod __private {
     pub use std::sync::Arc;
     pub use std::time::Duration;
     pub use std::vec::Vec;
+
+    /// Starts a launch: asks `backend` for the size of each group (see
+    /// [`Backend::join`](crate::Backend::join)), one per group of the graph.
+    pub fn join<B: Backend, const N: usize>(
+        backend: &B,
+        graph: &crate::comm::GraphInfo<'_>,
+    ) -> Result<[usize; N], Error> {
+        let sizes = backend.join(graph)?;
+        let got = sizes.len();
+        <[usize; N]>::try_from(sizes).map_err(|_| {
+            Error::Backend(format!(
+                "the backend gave {got} group sizes for the {N} groups of graph `{}`",
+                graph.name
+            ))
+        })
+    }
+
+    /// Ends a launch: tells `backend` whether this process launched every group (see
+    /// [`Backend::confirm`](crate::Backend::confirm)) and hands back the groups, or the
+    /// error of this process or of another (then dropping the groups stops their threads).
+    pub fn settle<B: Backend, T>(backend: &B, launched: Result<T, Error>) -> Result<T, Error> {
+        backend.confirm(launched.as_ref().err())?;
+        launched
+    }
 
     /// Checks, at launch, that a rooted stage's root is a rank of its group. An empty group
     /// is reported as such: no root could be right, and the user's mistake is the group.

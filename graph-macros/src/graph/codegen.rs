@@ -31,6 +31,11 @@ const EXECUTE_DOC: &str = concat!(
 );
 const EXECUTE_TIMEOUT_DOC: &str =
     " Like `execute`; after `timeout`, `Error::Timeout`, and the graph is broken.";
+const RANKS_DOC: &str = concat!(
+    " The ranks of the actors of `group` that this process hosts (`None` if the graph has no",
+    " such group): all of them, unless the graph spans processes (see the MPI backend); entry",
+    " `i` of an output zipped by `group`'s ranks belongs to rank `ranks(group).start + i`."
+);
 const TEARDOWN_DOC: &str =
     " Stops the actor threads and hands the actors back by rank; an error if any is not intact.";
 
@@ -79,7 +84,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let to_vecs = g.groups.iter().filter_map(|d| {
         let (n, len) = (&d.name, &d.size.as_ref()?.0);
         let s = n.to_string();
-        Some(quote!(#rt::check_size(#s, #len, #n.len())?;))
+        let size = size_var(n);
+        Some(quote!(#rt::check_size(#s, #len, #size)?;))
     });
     let checks = launch_checks(g, &groups, &sched);
     let edges: Vec<TokenStream> = sched
@@ -144,6 +150,24 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         let v = group_var(&d.name);
         quote!(#v)
     }));
+    // The launch starts by asking the backend for each group's size (the sizes of a graph
+    // spanning processes are the sum of theirs), which every check then uses.
+    let size_vars = g.groups.iter().map(|d| size_var(&d.name));
+    let local_sizes = g.groups.iter().map(|d| {
+        let (n, s) = (&d.name, d.name.to_string());
+        quote!((#s, #n.len()))
+    });
+    let edge_values = sched.edges.iter().map(|e| &g.values[e.value].label);
+    let group_count = g.groups.len();
+    let graph_name = name.to_string();
+    let join = quote! {
+        let [#(#size_vars),*] = #rt::join::<_, #group_count>(&backend, &#rt::GraphInfo {
+            name: #graph_name,
+            fingerprint: Self::FINGERPRINT,
+            groups: &[#(#local_sizes),*],
+            edges: &[#(#edge_values),*],
+        })?;
+    };
     let split = split(g, &groups);
     let assemble = assemble(g, &groups);
 
@@ -225,6 +249,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         crate::diag::code_list(g.groups.iter().map(|d| &d.name))
     );
     let dot = dot::to_dot(g, &sched);
+    let fingerprint = fingerprint(g, &dot, &out_ty);
+    let ranks_doc = RANKS_DOC;
     let (launch_actors_doc, execute_doc, execute_timeout_doc, teardown_doc) = (
         LAUNCH_ACTORS_DOC,
         EXECUTE_DOC,
@@ -265,6 +291,10 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 /// The actor groups of this graph, in declaration order.
                 pub const GROUPS: &[&::core::primitive::str] = &[#(#group_names),*];
 
+                /// A hash of this graph's structure and types, which a launch over several
+                /// processes compares between them.
+                pub const FINGERPRINT: ::core::primitive::u64 = #fingerprint;
+
                 #[doc = #launch_doc]
                 pub fn launch<__B: #rt::Backend>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error>
                 where
@@ -283,10 +313,14 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
 
                 #[doc = #launch_actors_doc]
                 pub fn launch_actors<__B: #rt::Backend>(#(#actors_params,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
+                    #join
                     #(#to_vecs)*
                     #checks
                     #links
-                    #(#launches)*
+                    let #launched = #rt::settle(&backend, (|| -> #rt::Result<_, #rt::Error> {
+                        #(#launches)*
+                        #rt::Result::Ok(#launched)
+                    })())?;
                     let __driver = #rt::Driven::new(#launched, __options, #split, #assemble);
                     #rt::Result::Ok(Self { __driver })
                 }
@@ -326,6 +360,17 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                     self.__driver.0.in_flight()
                 }
 
+                #[doc = #ranks_doc]
+                pub fn ranks(&self, group: &::core::primitive::str) -> ::core::option::Option<::core::ops::Range<::core::primitive::usize>> {
+                    self.__driver.0.ranks(group)
+                }
+
+                /// The number of actors of `group` in every process together (`None` if the
+                /// graph has no such group).
+                pub fn group_size(&self, group: &::core::primitive::str) -> ::core::option::Option<::core::primitive::usize> {
+                    self.__driver.0.group_size(group)
+                }
+
                 #[doc = #teardown_doc]
                 pub fn teardown(self) -> #rt::Result<#teardown_ty, #rt::Error>
                 where
@@ -355,6 +400,32 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
 
 fn group_var(name: &Ident) -> Ident {
     format_ident!("__group_{}", name)
+}
+
+/// The variable that holds a group's size, in every process together, during `launch`.
+fn size_var(name: &Ident) -> Ident {
+    format_ident!("__size_{}", name)
+}
+
+/// The graph's `FINGERPRINT`: FNV-1a of its picture (groups, values, ops, edges) and of
+/// the spelling of its actor, input and output types, so that two processes that launch
+/// different graphs, or the same graph over other types, see different numbers.
+fn fingerprint(g: &Graph, dot: &str, out_ty: &TokenStream) -> u64 {
+    let mut text = String::from(dot);
+    for d in &g.groups {
+        let a = &d.actor;
+        text.push_str(&quote!(#a).to_string());
+        text.push('\n');
+    }
+    for i in &g.inputs {
+        let t = &i.ty;
+        text.push_str(&quote!(#t).to_string());
+        text.push('\n');
+    }
+    text.push_str(&out_ty.to_string());
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h: u64, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The graph's inputs into each group's, for the driver: a group gets the inputs it reads,
@@ -416,7 +487,8 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
                     return None;
                 };
                 let label = &v.label;
-                Some(quote!(#rt::check_output_rank(#label, #rank, #zs, #zn.len())?;))
+                let zsize = size_var(zn);
+        Some(quote!(#rt::check_output_rank(#label, #rank, #zs, #zsize)?;))
             })
         });
         quote!(#(#checks)*)
@@ -425,7 +497,8 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
         let checks = zipped.iter().map(|p| {
             let n = &g.groups[p.index].name;
             let s = n.to_string();
-            quote!((#s, #n.len()))
+            let size = size_var(n);
+            quote!((#s, #size))
         });
         quote!(#rt::same_size(&[#(#checks),*])?;)
     } else {
@@ -437,7 +510,10 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
         let s = n.to_string();
         d.indices
             .iter()
-            .map(move |(k, _)| quote!(#rt::check_index(#s, #n.len(), #k)?;))
+            .map(move |(k, _)| {
+                let size = size_var(n);
+                quote!(#rt::check_index(#s, #size, #k)?;)
+            })
     });
     let roots = g.groups.iter().flat_map(|d| {
         let rt = rt.clone();
@@ -445,7 +521,10 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
         let s = n.to_string();
         d.roots
             .iter()
-            .map(move |(stage, root)| quote!(#rt::check_root(#s, #n.len(), #stage, #root)?;))
+            .map(move |(stage, root)| {
+                let size = size_var(n);
+                quote!(#rt::check_root(#s, #size, #stage, #root)?;)
+            })
     });
     let edges = sched.edges.iter().filter_map(|e| {
         // Only a per-actor value maps actor i to actor i; a value of one actor goes
@@ -460,7 +539,8 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
         let (f, t) = (&g.groups[from].name, &g.groups[to].name);
         let (fs, ts) = (f.to_string(), t.to_string());
         let value = &g.values[e.value].label;
-        Some(quote!(#rt::check_edge(#value, (#fs, #f.len()), (#ts, #t.len()))?;))
+        let (fsize, tsize) = (size_var(f), size_var(t));
+        Some(quote!(#rt::check_edge(#value, (#fs, #fsize), (#ts, #tsize))?;))
     });
     quote! {
         #(#indices)*

@@ -84,6 +84,8 @@ pub(crate) fn expand(def: &GraphDef) -> TokenStream {
                 /// The actor groups of this graph, in declaration order.
                 pub const GROUPS: &[&::core::primitive::str] = &[#(#group_names),*];
                 /// Not available: the graph has errors.
+                pub const FINGERPRINT: ::core::primitive::u64 = 0;
+                /// Not available: the graph has errors.
                 pub fn launch<__B>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
                     ::core::unreachable!()
                 }
@@ -121,6 +123,14 @@ pub(crate) fn expand(def: &GraphDef) -> TokenStream {
                 }
                 /// Not available: the graph has errors.
                 pub fn in_flight(&self) -> ::core::primitive::usize {
+                    ::core::unreachable!()
+                }
+                /// Not available: the graph has errors.
+                pub fn ranks(&self, group: &::core::primitive::str) -> ::core::option::Option<::core::ops::Range<::core::primitive::usize>> {
+                    ::core::unreachable!()
+                }
+                /// Not available: the graph has errors.
+                pub fn group_size(&self, group: &::core::primitive::str) -> ::core::option::Option<::core::primitive::usize> {
                     ::core::unreachable!()
                 }
                 /// Not available: the graph has errors.

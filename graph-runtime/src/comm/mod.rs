@@ -793,6 +793,30 @@ pub trait Communicator: Send + 'static {
     fn device_comm(&mut self) -> Option<&mut dyn DeviceComm> {
         None
     }
+
+    /// Called on this rank's thread when its step fails with `error` (before it takes part
+    /// in the rest of the execution's stages as a failed rank): a communicator whose peers
+    /// cannot see this process's errors (the MPI backend's other processes) keeps it, to
+    /// send with the next stage. The default does nothing.
+    fn note_failure(&mut self, error: &Error) {
+        let _ = error;
+    }
+}
+
+/// What `launch` tells a [`Backend`] about a graph before it asks for any communicator
+/// (see [`Backend::join`]).
+#[derive(Clone, Copy, Debug)]
+pub struct GraphInfo<'a> {
+    /// The graph's name.
+    pub name: &'static str,
+    /// A hash of the graph's structure and types, computed by `graph!` (the graph's
+    /// `FINGERPRINT`): equal for the same graph in the same program.
+    pub fingerprint: u64,
+    /// Each group's name and the number of actors this caller gives it, in declaration
+    /// order.
+    pub groups: &'a [(&'static str, usize)],
+    /// The value carried by each edge between actors, in the graph's order.
+    pub edges: &'a [&'static str],
 }
 
 /// A source of communicators: one endpoint per actor of a group.
@@ -801,4 +825,42 @@ pub trait Backend {
     type Comm: Communicator;
     /// Creates `size` connected endpoints, indexed by rank.
     fn communicators(&self, size: usize) -> Result<Vec<Self::Comm>, Error>;
+
+    /// Called once by `launch`, before anything else: the size of each of `graph`'s groups,
+    /// in declaration order, which `launch` then checks the graph against (roots, indices,
+    /// fixed sizes). A backend whose groups span processes agrees here with the other
+    /// processes on the layout (see the MPI backend); the default, for a backend whose
+    /// ranks are all in this process, returns the number of actors given.
+    ///
+    /// ```
+    /// use actorgraph::comm::GraphInfo;
+    /// use actorgraph::{Backend, Cpu};
+    /// let info = GraphInfo { name: "G", fingerprint: 7, groups: &[("workers", 3)], edges: &[] };
+    /// assert_eq!(Cpu.join(&info).unwrap(), [3]);
+    /// ```
+    fn join(&self, graph: &GraphInfo<'_>) -> Result<Vec<usize>, Error> {
+        Ok(graph.groups.iter().map(|&(_, n)| n).collect())
+    }
+
+    /// The endpoints of the `size` actors this process gives group `group` of the graph
+    /// just [joined](Backend::join), indexed by local position; each endpoint's
+    /// [`rank`](Communicator::rank) is its rank in the whole group. The default:
+    /// [`communicators`](Backend::communicators).
+    fn group_communicators(
+        &self,
+        group: &'static str,
+        size: usize,
+    ) -> Result<Vec<Self::Comm>, Error> {
+        let _ = group;
+        self.communicators(size)
+    }
+
+    /// Called once by `launch` after it launched every group here (`launched` is its
+    /// error, if it failed): a backend whose groups span processes learns whether every
+    /// process launched, and fails the launch of the others when one did not, so that no
+    /// process waits in a stage for one whose graph does not exist. The default: `Ok`.
+    fn confirm(&self, launched: Option<&Error>) -> Result<(), Error> {
+        let _ = launched;
+        Ok(())
+    }
 }

@@ -34,6 +34,9 @@ pub enum SyncPoint {
 pub struct StepCtx<C> {
     group: &'static str,
     rank: usize,
+    /// This actor's place among its group's actors in this process (its rank, unless the
+    /// group spans processes): its entry in `activity`.
+    local: usize,
     comm: C,
     stages: Box<[FusedStage]>,
     round: u64,
@@ -50,6 +53,7 @@ impl<C: Communicator> StepCtx<C> {
     pub(crate) fn new(
         group: &'static str,
         comm: C,
+        local: usize,
         stage_names: &[&'static str],
         schedule: &'static [SyncPoint],
         links: Links,
@@ -58,6 +62,7 @@ impl<C: Communicator> StepCtx<C> {
         Self {
             group,
             rank: comm.rank(),
+            local,
             comm,
             stages: stage_names.iter().map(|&n| FusedStage::new(n)).collect(),
             round: 0,
@@ -70,7 +75,7 @@ impl<C: Communicator> StepCtx<C> {
     }
 
     fn activity(&self) -> &AtomicU8 {
-        &self.activity[self.rank].0
+        &self.activity[self.local].0
     }
 
     /// The message of the panic that poisoned this actor, if one did.
@@ -114,7 +119,7 @@ impl<C: Communicator> StepCtx<C> {
             comm: &mut self.comm,
             group: self.group,
             round: self.round,
-            activity: &self.activity[self.rank].0,
+            activity: &self.activity[self.local].0,
             _values: PhantomData,
         }
     }
@@ -300,7 +305,8 @@ impl<C: Communicator> StepCtx<C> {
                 Err(payload) => Err(self.poison(None, payload)),
             },
         };
-        if result.is_err() {
+        if let Err(e) = &result {
+            self.comm.note_failure(e);
             self.drain();
         }
         result
@@ -326,7 +332,7 @@ impl<C: Communicator> StepCtx<C> {
     /// compile time.
     fn drain(&mut self) {
         let (rank, round) = (self.rank, self.round);
-        let activity = &self.activity[rank].0;
+        let activity = &self.activity[self.local].0;
         for (at, point) in self.schedule.iter().enumerate() {
             match *point {
                 SyncPoint::Stage(idx) => {

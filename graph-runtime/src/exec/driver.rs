@@ -50,6 +50,9 @@ pub trait Groups {
     fn register_waker(&self, waker: &Waker);
     /// Whether every group has finished the oldest execution not yet collected.
     fn is_done(&self) -> bool;
+    /// The ranks of this process's actors of group `name` and the group's size (see
+    /// [`Group::ranks`]); `None` if the graph has no such group.
+    fn ranks(&self, name: &str) -> Option<(std::ops::Range<usize>, usize)>;
 }
 
 impl Groups for () {
@@ -74,6 +77,9 @@ impl Groups for () {
     fn register_waker(&self, _: &Waker) {}
     fn is_done(&self) -> bool {
         true
+    }
+    fn ranks(&self, _: &str) -> Option<(std::ops::Range<usize>, usize)> {
+        None
     }
 }
 
@@ -135,6 +141,14 @@ where
 
     fn is_done(&self) -> bool {
         self.0.is_done() && self.1.is_done()
+    }
+
+    fn ranks(&self, name: &str) -> Option<(std::ops::Range<usize>, usize)> {
+        if self.0.name() == name {
+            Some(self.0.ranks())
+        } else {
+            self.1.ranks(name)
+        }
     }
 }
 
@@ -306,6 +320,18 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     /// The executions submitted whose results are neither read nor discarded yet.
     pub fn in_flight(&self) -> usize {
         self.pipeline.in_flight()
+    }
+
+    /// The ranks, in the whole group, of the actors of group `group` that this process
+    /// hosts (see [`Group::ranks`]); `None` if the graph has no such group.
+    pub fn ranks(&self, group: &str) -> Option<std::ops::Range<usize>> {
+        self.groups.ranks(group).map(|(r, _)| r)
+    }
+
+    /// The number of actors of group `group` in every process together; `None` if the
+    /// graph has no such group.
+    pub fn group_size(&self, group: &str) -> Option<usize> {
+        self.groups.ranks(group).map(|(_, n)| n)
     }
 
     /// Hands the actors back (see [`Teardown`]).

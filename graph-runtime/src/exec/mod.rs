@@ -107,6 +107,9 @@ pub struct Group<A, I, O> {
     held: bool,
     /// Executions submitted so far.
     submitted: u64,
+    /// The ranks of this process's actors in the whole group (all of them, unless the
+    /// group spans processes), and the group's size.
+    ranks: (std::ops::Range<usize>, usize),
     /// The group owns no actor (they live on their threads), so it is `Send` and `Sync`
     /// whatever the actor type.
     _actors: PhantomData<fn() -> A>,
@@ -201,7 +204,7 @@ where
         if actors.is_empty() {
             return Err(Error::EmptyGroup { group: name });
         }
-        let comms = backend.communicators(actors.len())?;
+        let comms = backend.group_communicators(name, actors.len())?;
         if comms.len() != actors.len() {
             return Err(Error::Backend(format!(
                 "the backend made {} communicators for the {} actors of group `{name}`",
@@ -236,6 +239,10 @@ where
             helper: None,
             held: false,
             submitted: 0,
+            ranks: (
+                comms[0].rank()..comms[0].rank() + comms.len(),
+                comms[0].size(),
+            ),
             _actors: PhantomData,
         };
         let size = actors.len();
@@ -245,11 +252,14 @@ where
             let shared = Arc::clone(&group.shared);
             let (links, edges) = (links.clone(), edges.clone());
             let attached_tx = attached_tx.clone();
+            // The actor's rank in its whole group, which spans processes under MPI; `rank`
+            // is its place among this process's actors.
+            let (global, group_size) = (comm.rank(), comm.size());
             let spawned = std::thread::Builder::new()
-                .name(format!("actorgraph-{name}-{rank}"))
+                .name(format!("actorgraph-{name}-{global}"))
                 .spawn(move || {
                     crate::sync::actor_started();
-                    rank::Ctx::new(name, rank, size).enter();
+                    rank::Ctx::new(name, global, group_size).enter();
                     let guard = ExitGuard {
                         shared: &shared,
                         rank,
@@ -274,14 +284,15 @@ where
                     // and its communicator may change threads.
                     let send = send.filter(|_| rank == 0 && comm.runs_on_any_thread());
                     let activity = Arc::clone(&shared.activity);
-                    let ctx = StepCtx::new(name, comm, stage_names, schedule, links, activity);
+                    let ctx =
+                        StepCtx::new(name, comm, rank, stage_names, schedule, links, activity);
                     let step =
                         move |a: &mut A, c: &mut StepCtx<B::Comm>, i: &I| step(a, c, i, &edges);
                     let returned = match send {
                         Some(send) => {
                             let helped = Arc::new(Helped::new(
                                 send(actor),
-                                rank::Ctx::new(name, rank, size),
+                                rank::Ctx::new(name, global, group_size),
                                 ctx,
                                 step,
                             ));
@@ -355,6 +366,12 @@ where
             Some((_, e)) => Err(e),
             None => Ok(group),
         }
+    }
+
+    /// The ranks, in the whole group, of the actors this process hosts (consecutive:
+    /// ranks are numbered in process order), and the group's size in every process.
+    pub fn ranks(&self) -> (std::ops::Range<usize>, usize) {
+        self.ranks.clone()
     }
 
     /// The number of actors.

@@ -48,6 +48,8 @@ fn main() -> Result<(), Error> {
     let late: Vec<(Tensor<f32>, f32)> = g.execute_timeout(Tensor::zeros([1]), Duration::from_secs(1))?;
     let ticket = h.submit(Tensor::zeros([1]))?;
     assert_eq!(h.in_flight(), 1);
+    assert_eq!((h.ranks("workers"), h.group_size("heads")), (Some(0..2), Some(2)));
+    assert_ne!(G::FINGERPRINT, 0);
     let waited: Vec<(Tensor<f32>, f32)> = h.wait(ticket)?;
     drop(run_async(&mut h, Tensor::zeros([1])));
     assert_eq!(out.len() + late.len() + waited.len(), 6);
