@@ -362,7 +362,45 @@ pub enum Error {
     /// tensor of a dtype that has no actorgraph element type (feature `candle`).
     #[error("{0}")]
     Unsupported(String),
+
+    /// The processes of a launch over MPI did not all launch the same graph: another graph,
+    /// the same one over other types, or in another order (feature `mpi`).
+    #[error("process {process} launched another graph than `{graph}` (its fingerprint differs from process 0's): every process must launch the same graphs in the same order")]
+    GraphMismatch {
+        /// The graph this process launched.
+        graph: &'static str,
+        /// The lowest process whose graph differs from process 0's.
+        process: usize,
+    },
+
+    /// A process of a launch over MPI gave a group no actor: every process hosts at least
+    /// one actor of every group (feature `mpi`).
+    #[error("process {process} gave group `{group}` no actor: under MPI every process hosts at least one actor of every group")]
+    ProcessLayout {
+        /// The group.
+        group: &'static str,
+        /// The lowest process that gave it none.
+        process: usize,
+    },
+
+    /// Another process of a launch over MPI could not launch its part of the graph, so
+    /// this one's launch fails too (feature `mpi`).
+    #[error("process {process} could not launch graph `{graph}`: {reason}")]
+    ProcessLaunch {
+        /// The graph.
+        graph: &'static str,
+        /// The lowest process whose launch failed.
+        process: usize,
+        /// Its error.
+        reason: String,
+    },
 }
+
+/// The error of an actor method on another process, as this process learns it (under
+/// MPI, the `source` of an [`Error::Method`] of a rank hosted elsewhere): its message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RemoteError(pub String);
 
 fn fmt_method(method: &Option<&'static str>) -> String {
     match method {

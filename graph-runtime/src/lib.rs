@@ -13,6 +13,8 @@ mod exec;
 mod gpu;
 mod interop;
 mod method;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 mod sync;
@@ -21,7 +23,7 @@ mod tensor;
 pub use bucket::{Bucketable, Gather, GatherList, Hand, Layout, Parts, Reduced, Scatter};
 pub use comm::{Backend, Communicator, Cpu, ReduceOp};
 pub use element::{DType, Element};
-pub use error::{BoxError, Error};
+pub use error::{BoxError, Error, RemoteError};
 pub use exec::{Actors, Ctx, LaunchOptions, Ticket, TEARDOWN_GRACE};
 pub use tensor::Tensor;
 

@@ -268,7 +268,7 @@ where
                     };
                     let actor = comm
                         .attach()
-                        .and_then(|()| make_actor(make, name, rank, size));
+                        .and_then(|()| make_actor(make, name, global, group_size));
                     let actor = match actor {
                         Ok(actor) => actor,
                         Err(e) => {

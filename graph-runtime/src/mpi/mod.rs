@@ -1,0 +1,341 @@
+//! The MPI backend (feature `mpi`): graphs whose actors span processes and machines.
+//!
+//! Every process runs the same program (SPMD, under `mpirun` or `srun`), hosts one or
+//! more actors of every group and calls `launch`, `execute` and `teardown` in the same
+//! order. A group's ranks are global, in process order: process 0's actors first. Inside
+//! a process the ranks of a group meet in shared memory; one leader per process (its
+//! first actor) runs the MPI operations of a stage for all of them.
+//!
+//! ```no_run
+//! use actorgraph::mpi::Mpi;
+//! use actorgraph::prelude::*;
+//!
+//! struct Worker;
+//! #[actor]
+//! impl Worker {
+//!     fn grad(&mut self, x: &Tensor<f32>) -> Tensor<f32> {
+//!         x.clone()
+//!     }
+//! }
+//! graph! {
+//!     Step(workers: [Worker], x: Tensor<f32>) {
+//!         allreduce(workers.grad(x), Sum)
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), actorgraph::Error> {
+//! let mpi = Mpi::init()?; // once per process, before any graph
+//! let mut g = Step::launch(vec![Worker, Worker], &mpi)?; // this process's two actors
+//! let out = g.execute(Tensor::full([4], 1.0))?; // one entry per local actor
+//! let ranks = g.ranks("workers").unwrap(); // their ranks in the whole group
+//! assert_eq!(out.len(), ranks.len());
+//! assert_eq!(out[0].to_vec(), vec![g.group_size("workers").unwrap() as f32; 4]);
+//! g.teardown()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! See the reference page `reference::mpi` for the model, the algorithm and what is not
+//! supported yet.
+
+mod comm;
+mod wire;
+
+pub use comm::MpiComm;
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ::mpi::environment::Universe;
+use ::mpi::topology::SimpleCommunicator;
+use ::mpi::traits::*;
+use ::mpi::Threading;
+
+use crate::comm::{Backend, GraphInfo};
+use crate::Error;
+
+/// The groups of a graph that [`Backend::join`] can describe in its one collective call;
+/// a graph with more groups is refused at launch.
+pub const MAX_GROUPS: usize = 32;
+
+/// An MPI communicator that may move between threads.
+struct SendComm(SimpleCommunicator);
+
+// SAFETY: `Mpi::init` refuses an MPI library that does not give `MPI_THREAD_MULTIPLE`, under
+// which MPI may be called from any thread, so the handle is valid on every thread. It is
+// reached only through `&`/`&mut` of this wrapper, and each communicator is used by one
+// thread at a time (the world by the thread that launches, a group's by the leader of the
+// stage under way: behind a `Mutex`), as MPI requires of a communicator's collectives.
+unsafe impl Send for SendComm {}
+
+/// MPI, once initialized: ends (`MPI_Finalize`) when the last [`Mpi`] and the last
+/// communicator made from it are gone.
+struct World {
+    // Before `_universe`: a communicator is freed before MPI ends.
+    comm: Mutex<SendComm>,
+    process: usize,
+    processes: usize,
+    _universe: Universe,
+}
+
+/// The MPI backend: the processes of `mpirun -np P` as one set of ranks.
+///
+/// Made once per process by [`Mpi::init`]; pass `&mpi` to a graph's `launch`. A launch
+/// agrees with the other processes on the layout (how many actors each process hosts of
+/// each group) and on the graph (its `FINGERPRINT`) in one collective call; every process
+/// must launch the same graphs in the same order, and a mismatch is the same typed error
+/// on every process ([`Error::GraphMismatch`], [`Error::ProcessLayout`]).
+///
+/// Dropping the last `Mpi` and every graph launched over it ends MPI (`MPI_Finalize`):
+/// drop them on the main thread, before `main` returns.
+pub struct Mpi {
+    world: Arc<World>,
+    /// The groups of the graph being launched, with their layout and communicator, from
+    /// `join` until `group_communicators` takes them.
+    joined: Mutex<Joined>,
+}
+
+#[derive(Default)]
+struct Joined {
+    graph: &'static str,
+    groups: Vec<(&'static str, GroupLayout)>,
+}
+
+/// Where a group's ranks are: how many each process hosts, from which global rank.
+pub(crate) struct GroupLayout {
+    pub(crate) counts: Vec<usize>,
+    pub(crate) offsets: Vec<usize>,
+    pub(crate) process: usize,
+    comm: SendComm,
+}
+
+impl GroupLayout {
+    /// The number of ranks in every process together.
+    pub(crate) fn size(&self) -> usize {
+        self.counts.iter().sum()
+    }
+
+}
+
+impl Mpi {
+    /// Initializes MPI with `MPI_THREAD_MULTIPLE` (each group's leader calls MPI from its
+    /// own thread): once per process, before any graph is launched over it.
+    ///
+    /// An error if MPI was initialized already, or if the library does not give
+    /// `MPI_THREAD_MULTIPLE`.
+    pub fn init() -> Result<Self, Error> {
+        let Some((universe, threading)) = ::mpi::initialize_with_threading(Threading::Multiple)
+        else {
+            return Err(Error::Backend(
+                "MPI is initialized already: call `Mpi::init` once per process".into(),
+            ));
+        };
+        if threading != Threading::Multiple {
+            return Err(Error::Backend(format!(
+                "the MPI library gives threading level {threading:?}; actorgraph needs \
+                 MPI_THREAD_MULTIPLE (each group's leader calls MPI from its own thread)"
+            )));
+        }
+        let comm = universe.world();
+        let (process, processes) = (rank_of(comm.rank()), rank_of(comm.size()));
+        Ok(Self {
+            world: Arc::new(World {
+                comm: Mutex::new(SendComm(comm)),
+                process,
+                processes,
+                _universe: universe,
+            }),
+            joined: Mutex::new(Joined::default()),
+        })
+    }
+
+    /// This process's place among the processes (its MPI rank in `MPI_COMM_WORLD`).
+    pub fn process(&self) -> usize {
+        self.world.process
+    }
+
+    /// The number of processes.
+    pub fn processes(&self) -> usize {
+        self.world.processes
+    }
+
+    fn joined(&self) -> std::sync::MutexGuard<'_, Joined> {
+        self.joined.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn world(&self) -> std::sync::MutexGuard<'_, SendComm> {
+        self.world.comm.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn rank_of(r: i32) -> usize {
+    usize::try_from(r).unwrap_or(0)
+}
+
+impl Backend for Mpi {
+    type Comm = MpiComm;
+
+    /// Refused: the MPI backend makes its endpoints when a graph is launched over it.
+    fn communicators(&self, size: usize) -> Result<Vec<MpiComm>, Error> {
+        let _ = size;
+        Err(Error::Unsupported(
+            "the MPI backend makes its communicators when a graph is launched over it \
+             (`G::launch(.., &mpi)`), not on their own"
+                .into(),
+        ))
+    }
+
+    fn join(&self, graph: &GraphInfo<'_>) -> Result<Vec<usize>, Error> {
+        let mut joined = self.joined();
+        // Groups of an earlier launch that failed after its join are dropped here.
+        *joined = Joined {
+            graph: graph.name,
+            groups: Vec::new(),
+        };
+        let processes = self.processes();
+        // One record per process: the graph, its number of groups and edges, and the
+        // actors it gives each group.
+        let width = 3 + MAX_GROUPS;
+        let mut mine = vec![0u64; width];
+        mine[0] = graph.fingerprint;
+        mine[1] = graph.groups.len() as u64;
+        mine[2] = graph.edges.len() as u64;
+        for (slot, &(_, n)) in mine[3..].iter_mut().zip(graph.groups) {
+            *slot = n as u64;
+        }
+        let mut all = vec![0u64; width * processes];
+        let world = self.world();
+        world.0.all_gather_into(&mine[..], &mut all[..]);
+        let record = |p: usize| &all[p * width..(p + 1) * width];
+        // The same verdict on every process: every process has every record.
+        if let Some(process) = (1..processes).find(|&p| record(p)[..3] != record(0)[..3]) {
+            return Err(Error::GraphMismatch {
+                graph: graph.name,
+                process,
+            });
+        }
+        if graph.groups.len() > MAX_GROUPS {
+            return Err(Error::Unsupported(format!(
+                "graph `{}` has {} groups; a launch over MPI takes at most {MAX_GROUPS}",
+                graph.name,
+                graph.groups.len()
+            )));
+        }
+        if processes > 1 {
+            if let Some(value) = graph.edges.first() {
+                return Err(Error::Unsupported(format!(
+                    "value `{value}` of graph `{}` goes from actor to actor, and edges \
+                     between processes are not supported yet: over MPI, a graph's actors \
+                     meet in collectives only",
+                    graph.name
+                )));
+            }
+        }
+        let mut sizes = Vec::with_capacity(graph.groups.len());
+        let mut layouts = Vec::with_capacity(graph.groups.len());
+        for (g, &(group, _)) in graph.groups.iter().enumerate() {
+            let counts: Vec<usize> = (0..processes)
+                .map(|p| usize::try_from(record(p)[3 + g]).unwrap_or(usize::MAX))
+                .collect();
+            if let Some(process) = counts.iter().position(|&n| n == 0) {
+                return Err(Error::ProcessLayout { group, process });
+            }
+            let offsets = counts
+                .iter()
+                .scan(0usize, |next, &n| {
+                    let at = *next;
+                    *next = next.saturating_add(n);
+                    Some(at)
+                })
+                .collect();
+            sizes.push(counts.iter().sum());
+            layouts.push((group, counts, offsets));
+        }
+        // Each group's stages run on a communicator of their own, so that groups whose
+        // leaders run stages at the same time never match each other's messages.
+        for (group, counts, offsets) in layouts {
+            let comm = SendComm(world.0.duplicate());
+            joined.groups.push((
+                group,
+                GroupLayout {
+                    counts,
+                    offsets,
+                    process: self.process(),
+                    comm,
+                },
+            ));
+        }
+        Ok(sizes)
+    }
+
+    fn group_communicators(
+        &self,
+        group: &'static str,
+        size: usize,
+    ) -> Result<Vec<MpiComm>, Error> {
+        let mut joined = self.joined();
+        let Some(at) = joined.groups.iter().position(|(g, _)| *g == group) else {
+            return Err(Error::Backend(format!(
+                "group `{group}` was not part of the graph the MPI backend joined last"
+            )));
+        };
+        let (_, layout) = joined.groups.remove(at);
+        if layout.counts[layout.process] != size {
+            return Err(Error::Backend(format!(
+                "group `{group}` was joined with {} actors on this process, launched with {size}",
+                layout.counts[layout.process]
+            )));
+        }
+        Ok(MpiComm::group(group, layout, Arc::clone(&self.world)))
+    }
+
+    fn confirm(&self, launched: Option<&Error>) -> Result<(), Error> {
+        let graph = std::mem::take(&mut *self.joined()).graph;
+        let world = self.world();
+        let failed = u64::from(launched.is_some());
+        let mut all = vec![0u64; self.processes()];
+        world.0.all_gather_into(&failed, &mut all[..]);
+        let Some(process) = all.iter().position(|&f| f != 0) else {
+            return Ok(());
+        };
+        // The lowest process that failed says why, to every other.
+        let root = world.0.process_at_rank(process as i32);
+        let mut message = launched.map(|e| e.to_string().into_bytes()).unwrap_or_default();
+        let mut len = message.len() as u64;
+        root.broadcast_into(&mut len);
+        message.resize(usize::try_from(len).unwrap_or(0), 0);
+        root.broadcast_into(&mut message[..]);
+        match launched {
+            // This process has its own error, which `settle` returns.
+            Some(_) => Ok(()),
+            None => Err(Error::ProcessLaunch {
+                graph,
+                process,
+                reason: String::from_utf8_lossy(&message).into_owned(),
+            }),
+        }
+    }
+}
+
+impl Backend for &Mpi {
+    type Comm = MpiComm;
+
+    fn communicators(&self, size: usize) -> Result<Vec<MpiComm>, Error> {
+        (**self).communicators(size)
+    }
+
+    fn join(&self, graph: &GraphInfo<'_>) -> Result<Vec<usize>, Error> {
+        (**self).join(graph)
+    }
+
+    fn group_communicators(
+        &self,
+        group: &'static str,
+        size: usize,
+    ) -> Result<Vec<MpiComm>, Error> {
+        (**self).group_communicators(group, size)
+    }
+
+    fn confirm(&self, launched: Option<&Error>) -> Result<(), Error> {
+        (**self).confirm(launched)
+    }
+}

@@ -1,0 +1,484 @@
+//! The MPI backend over real processes: each test starts `mpirun` over this test binary
+//! itself, under a watchdog, and the processes run one scenario of `worker` (chosen by
+//! `ACTORGRAPH_MPI_SCENARIO`, with the actors of each process in `ACTORGRAPH_MPI_LAYOUT`,
+//! e.g. `1,2,1`). Every process checks its own actors' results against
+//! `reduce_reference` over every rank of the group, bit for bit, and fails (non-zero exit)
+//! otherwise; the test passes when `mpirun` does.
+//!
+//! Needs OpenMPI's `mpirun` (`.ci/run` installs it). Runs as root too.
+#![cfg(feature = "mpi")]
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use actorgraph::comm::reduce_reference;
+use actorgraph::half::{bf16, f16};
+use actorgraph::mpi::Mpi;
+use actorgraph::prelude::*;
+use actorgraph::{BoxError, DType, Element};
+
+const SCENARIO: &str = "ACTORGRAPH_MPI_SCENARIO";
+const LAYOUT: &str = "ACTORGRAPH_MPI_LAYOUT";
+/// How long one `mpirun` may take before the watchdog kills it and fails the test.
+const WATCHDOG: Duration = Duration::from_secs(120);
+
+// ---------------------------------------------------------------------------------------
+// The launcher: the tests `cargo test` runs.
+
+/// What `mpirun` did: whether it succeeded, and its output.
+struct Run {
+    success: bool,
+    output: String,
+}
+
+/// Runs `scenario` over `layout` (actors per process) with the byte transfer layer `btl`,
+/// under the watchdog: a run that does not end in time fails the test.
+fn mpirun(scenario: &str, layout: &[usize], btl: &str) -> Run {
+    // One `mpirun` at a time: on a small machine, several at once oversubscribe it.
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let layout_arg = layout.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "mpi-{scenario}-{}-{}",
+        layout_arg.replace(',', "_"),
+        btl.replace(',', "_")
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--oversubscribe", "-np", &layout.len().to_string()])
+        .args(["--mca", "btl", btl, "--mca", "pml", "ob1"]);
+    if btl.contains("tcp") {
+        // Loopback stands in for the network between machines.
+        cmd.args(["--mca", "btl_tcp_if_include", "lo"]);
+    }
+    let child = cmd
+        .args(["-x", SCENARIO, "-x", LAYOUT])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "worker", "--nocapture", "--test-threads=1"])
+        .env(SCENARIO, scenario)
+        .env(LAYOUT, &layout_arg)
+        // CI runs as root, which OpenMPI refuses unless told.
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .stdin(Stdio::null())
+        .stdout(log("stdout.txt"))
+        .stderr(log("stderr.txt"))
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) => panic!("could not start `mpirun` ({e}): install OpenMPI (libopenmpi-dev openmpi-bin)"),
+    };
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if start.elapsed() > WATCHDOG {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let output = format!("{}\n{}", read("stdout.txt"), read("stderr.txt"));
+    let Some(status) = status else {
+        panic!("mpirun {scenario} over {layout:?} ({btl}) hung: killed after {WATCHDOG:?}\n{output}");
+    };
+    Run {
+        success: status.success(),
+        output,
+    }
+}
+
+/// Runs `scenario` and fails the test if any process failed.
+fn passes(scenario: &str, layout: &[usize], btl: &str) {
+    let run = mpirun(scenario, layout, btl);
+    assert!(
+        run.success,
+        "{scenario} over {layout:?} ({btl}) failed:\n{}",
+        run.output
+    );
+    // Each process says it finished, so that a scenario that ran nothing cannot pass.
+    let done = run.output.matches("scenario done").count();
+    assert_eq!(done, layout.len(), "{}", run.output);
+}
+
+const SHM: &str = "self,vader";
+const TCP: &str = "self,tcp";
+
+#[test]
+fn collectives_2_processes_of_1_actor_over_shared_memory() {
+    passes("collectives", &[1, 1], SHM);
+}
+
+#[test]
+fn collectives_2_processes_of_2_actors_over_shared_memory() {
+    passes("collectives", &[2, 2], SHM);
+}
+
+#[test]
+fn collectives_3_processes_of_1_2_1_actors_over_shared_memory() {
+    passes("collectives", &[1, 2, 1], SHM);
+}
+
+#[test]
+fn collectives_2_processes_of_1_actor_over_tcp() {
+    passes("collectives", &[1, 1], TCP);
+}
+
+#[test]
+fn collectives_2_processes_of_2_actors_over_tcp() {
+    passes("collectives", &[2, 2], TCP);
+}
+
+#[test]
+fn collectives_3_processes_of_1_2_1_actors_over_tcp() {
+    passes("collectives", &[1, 2, 1], TCP);
+}
+
+#[test]
+fn failures_are_the_same_error_on_every_process_and_the_graph_stays_usable() {
+    passes("failures", &[1, 2, 1], SHM);
+    passes("failures", &[2, 2], TCP);
+}
+
+#[test]
+fn launches_that_differ_between_processes_fail_on_every_process() {
+    passes("launch", &[1, 2], SHM);
+}
+
+#[test]
+fn a_process_that_dies_ends_the_run_without_a_hang() {
+    let run = mpirun("dies", &[1, 1, 1], SHM);
+    assert!(!run.success, "{}", run.output);
+    assert!(run.output.contains("process 1 exits now"), "{}", run.output);
+}
+
+// ---------------------------------------------------------------------------------------
+// The worker: what every process of a run does.
+
+#[test]
+fn worker() {
+    let Ok(scenario) = std::env::var(SCENARIO) else {
+        return; // run by `mpirun` only
+    };
+    let layout: Vec<usize> = std::env::var(LAYOUT)
+        .unwrap()
+        .split(',')
+        .map(|n| n.parse().unwrap())
+        .collect();
+    let mpi = Mpi::init().unwrap();
+    assert_eq!(mpi.processes(), layout.len());
+    let process = mpi.process();
+    let first: usize = layout[..process].iter().sum();
+    let size: usize = layout.iter().sum();
+    let here = first..first + layout[process];
+    match scenario.as_str() {
+        "collectives" => collectives(&mpi, here, size),
+        "failures" => failures(&mpi, here, size),
+        "launch" => launch(&mpi, here),
+        "dies" => dies(&mpi, here),
+        other => panic!("no scenario {other}"),
+    }
+    println!("process {process}: scenario done");
+}
+
+/// A worker whose values depend on its global rank and the step.
+struct W {
+    rank: usize,
+}
+
+/// Rank `q`'s `i`-th `f32` in step `s`: magnitudes far apart, so that a sum in another
+/// order rounds differently.
+fn f(q: usize, i: usize, s: u64) -> f32 {
+    let scale = [1.0e8f32, 1.0, 3.0e-3, -7.0e7][(q + i) % 4];
+    scale * (1.0 + ((q * 7 + i * 3 + s as usize) % 11) as f32 / 7.0)
+}
+
+fn values(q: usize, s: u64) -> Vals {
+    let a: Vec<f32> = (0..12).map(|i| f(q, i, s)).collect();
+    let b: Vec<f16> = (0..8).map(|i| f16::from_f32(1.0 + f(q, i, s).abs().fract() * 2.0)).collect();
+    let c: Vec<i64> = (0..4).map(|i| (q as i64 + 1) * 1_000_003 * (i as i64 - 2) + s as i64).collect();
+    let d: Vec<bf16> = (0..8).map(|i| bf16::from_f32(f(q, i, s) / 1.0e3)).collect();
+    let e = f64::from(f(q, 5, s)) * 1.0e-3 + 1.0 / (q as f64 + 3.0);
+    let u: Vec<u8> = (0..3).map(|i| (q * 31 + i + s as usize) as u8).collect();
+    let t = |shape: &[usize], v: Vec<_>| Tensor::from_vec(v, shape).unwrap();
+    let nested = vec![Tensor::from_vec(b[..2].to_vec(), [2]).unwrap(), Tensor::from_vec(b[3..].to_vec(), [5]).unwrap()];
+    (t(&[4, 3], a), Tensor::from_vec(b, [8]).unwrap(), c, Tensor::from_vec(d, [4, 2]).unwrap(), e, Tensor::from_vec(u, [3]).unwrap(), nested)
+}
+
+type Vals = (Tensor<f32>, Tensor<f16>, Vec<i64>, Tensor<bf16>, f64, Tensor<u8>, Vec<Tensor<f16>>);
+
+#[actor]
+impl W {
+    fn vals(&mut self, step: &u64) -> Vals {
+        values(self.rank, *step)
+    }
+}
+
+graph! {
+    Coll(workers: [W], step: u64) {
+        let (a, b, c, d, e, u, n) = workers.vals(step);
+        let sum = allreduce([a, n, c, d, e, u], Sum);
+        let prod = allreduce([b, c, d, u], Prod);
+        let min = allreduce([a, b, c, d, e], Min);
+        let max = allreduce([a, d, u], Max);
+        let avg = allreduce([a, b, c, d, e, u], Avg);
+        let every = allgather([a, c, d, e, u]);
+        let part = reducescatter([a, b, d], Avg);
+        let from = broadcast([a, b, c, e], 1);
+        let red = reduce([a, c, d], Sum, 1);
+        (sum, prod, min, max, avg, every, part, from, red)
+    }
+}
+
+/// The reduction over every rank of the slices `pick` takes from their values.
+fn reduced<E: Element>(size: usize, s: u64, op: ReduceOp, pick: impl Fn(&Vals) -> Vec<E>) -> Vec<E> {
+    let all: Vec<Vec<E>> = (0..size).map(|q| pick(&values(q, s))).collect();
+    let refs: Vec<&[E]> = all.iter().map(Vec::as_slice).collect();
+    reduce_reference(&refs, op)
+}
+
+/// Bit for bit: the same text of every element (`{:?}` of a float is its shortest exact
+/// form, so `-0.0`, `0.0` and every other pair of distinct values print differently).
+fn same<T: std::fmt::Debug>(what: &str, rank: usize, got: &[T], want: &[T]) {
+    assert_eq!(format!("{got:?}"), format!("{want:?}"), "{what} on rank {rank}");
+}
+
+fn collectives(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
+    let workers: Vec<W> = here.clone().map(|rank| W { rank }).collect();
+    let mut g = Coll::launch(workers, mpi).unwrap();
+    assert_eq!(g.ranks("workers"), Some(here.clone()));
+    assert_eq!(g.group_size("workers"), Some(size));
+    if size >= 3 {
+        // The test values are such that the order of a float sum matters.
+        let forward = reduced(size, 0, ReduceOp::Sum, |v| v.0.to_vec());
+        let mut backward: Vec<Vals> = (0..size).map(|q| values(q, 0)).collect();
+        backward.reverse();
+        let back: Vec<Vec<f32>> = backward.iter().map(|v| v.0.to_vec()).collect();
+        let refs: Vec<&[f32]> = back.iter().map(Vec::as_slice).collect();
+        assert_ne!(format!("{forward:?}"), format!("{:?}", reduce_reference(&refs, ReduceOp::Sum)));
+    }
+    for s in 0..3u64 {
+        let out = g.execute(s).unwrap();
+        assert_eq!(out.len(), here.len());
+        for (i, o) in out.iter().enumerate() {
+            let q = here.start + i;
+            let (sum, prod, min, max, avg, every, part, from, red) = o;
+            // allreduce, every op, a nested bucket of six dtypes
+            let (a, n, c, d, e, u) = sum;
+            same("sum a", q, &a.to_vec(), &reduced(size, s, ReduceOp::Sum, |v| v.0.to_vec()));
+            assert_eq!(a.shape(), &[4, 3]);
+            assert_eq!(n.iter().map(|t| t.shape().to_vec()).collect::<Vec<_>>(), [vec![2], vec![5]]);
+            let flat: Vec<f16> = n.iter().flat_map(Tensor::to_vec).collect();
+            let pick = |v: &Vals| v.6.iter().flat_map(Tensor::to_vec).collect::<Vec<_>>();
+            same("sum nested", q, &flat, &reduced(size, s, ReduceOp::Sum, pick));
+            same("sum c", q, c, &reduced(size, s, ReduceOp::Sum, |v| v.2.clone()));
+            same("sum d", q, &d.to_vec(), &reduced(size, s, ReduceOp::Sum, |v| v.3.to_vec()));
+            same("sum e", q, &[*e], &reduced(size, s, ReduceOp::Sum, |v| vec![v.4]));
+            same("sum u", q, &u.to_vec(), &reduced(size, s, ReduceOp::Sum, |v| v.5.to_vec()));
+            let (b, c, d, u) = prod;
+            same("prod b", q, &b.to_vec(), &reduced(size, s, ReduceOp::Prod, |v| v.1.to_vec()));
+            same("prod c", q, c, &reduced(size, s, ReduceOp::Prod, |v| v.2.clone()));
+            same("prod d", q, &d.to_vec(), &reduced(size, s, ReduceOp::Prod, |v| v.3.to_vec()));
+            same("prod u", q, &u.to_vec(), &reduced(size, s, ReduceOp::Prod, |v| v.5.to_vec()));
+            let (a, b, c, d, e) = min;
+            same("min a", q, &a.to_vec(), &reduced(size, s, ReduceOp::Min, |v| v.0.to_vec()));
+            same("min b", q, &b.to_vec(), &reduced(size, s, ReduceOp::Min, |v| v.1.to_vec()));
+            same("min c", q, c, &reduced(size, s, ReduceOp::Min, |v| v.2.clone()));
+            same("min d", q, &d.to_vec(), &reduced(size, s, ReduceOp::Min, |v| v.3.to_vec()));
+            same("min e", q, &[*e], &reduced(size, s, ReduceOp::Min, |v| vec![v.4]));
+            let (a, d, u) = max;
+            same("max a", q, &a.to_vec(), &reduced(size, s, ReduceOp::Max, |v| v.0.to_vec()));
+            same("max d", q, &d.to_vec(), &reduced(size, s, ReduceOp::Max, |v| v.3.to_vec()));
+            same("max u", q, &u.to_vec(), &reduced(size, s, ReduceOp::Max, |v| v.5.to_vec()));
+            let (a, b, c, d, e, u) = avg;
+            same("avg a", q, &a.to_vec(), &reduced(size, s, ReduceOp::Avg, |v| v.0.to_vec()));
+            same("avg b", q, &b.to_vec(), &reduced(size, s, ReduceOp::Avg, |v| v.1.to_vec()));
+            same("avg c", q, c, &reduced(size, s, ReduceOp::Avg, |v| v.2.clone()));
+            same("avg d", q, &d.to_vec(), &reduced(size, s, ReduceOp::Avg, |v| v.3.to_vec()));
+            same("avg e", q, &[*e], &reduced(size, s, ReduceOp::Avg, |v| vec![v.4]));
+            same("avg u", q, &u.to_vec(), &reduced(size, s, ReduceOp::Avg, |v| v.5.to_vec()));
+            // allgather: every rank's value in rank order
+            let (a, c, d, e, u) = every;
+            let each: Vec<Vals> = (0..size).map(|p| values(p, s)).collect();
+            assert_eq!(a.shape(), &[4 * size, 3]);
+            same("gather a", q, &a.to_vec(), &each.iter().flat_map(|v| v.0.to_vec()).collect::<Vec<_>>());
+            same("gather c", q, c, &each.iter().flat_map(|v| v.2.clone()).collect::<Vec<_>>());
+            same("gather d", q, &d.to_vec(), &each.iter().flat_map(|v| v.3.to_vec()).collect::<Vec<_>>());
+            same("gather e", q, e, &each.iter().map(|v| v.4).collect::<Vec<_>>());
+            same("gather u", q, &u.to_vec(), &each.iter().flat_map(|v| v.5.to_vec()).collect::<Vec<_>>());
+            // reducescatter: this rank's rows of the reduction
+            let (a, b, d) = part;
+            fn rows<T: Clone>(full: Vec<T>, q: usize, size: usize) -> Vec<T> {
+                let chunk = full.len() / size;
+                full[q * chunk..(q + 1) * chunk].to_vec()
+            }
+            assert_eq!(a.shape(), &[4 / size, 3]);
+            same("scatter a", q, &a.to_vec(), &rows(reduced(size, s, ReduceOp::Avg, |v| v.0.to_vec()), q, size));
+            same("scatter b", q, &b.to_vec(), &rows(reduced(size, s, ReduceOp::Avg, |v| v.1.to_vec()), q, size));
+            same("scatter d", q, &d.to_vec(), &rows(reduced(size, s, ReduceOp::Avg, |v| v.3.to_vec()), q, size));
+            // broadcast from rank 1, wherever it is
+            let (a, b, c, e) = from;
+            let root = values(1, s);
+            same("bcast a", q, &a.to_vec(), &root.0.to_vec());
+            same("bcast b", q, &b.to_vec(), &root.1.to_vec());
+            same("bcast c", q, c, &root.2);
+            same("bcast e", q, &[*e], &[root.4]);
+            // reduce to rank 1
+            match (q, red) {
+                (1, (Some(a), Some(c), Some(d))) => {
+                    same("reduce a", q, &a.to_vec(), &reduced(size, s, ReduceOp::Sum, |v| v.0.to_vec()));
+                    same("reduce c", q, c, &reduced(size, s, ReduceOp::Sum, |v| v.2.clone()));
+                    same("reduce d", q, &d.to_vec(), &reduced(size, s, ReduceOp::Sum, |v| v.3.to_vec()));
+                }
+                (1, _) => panic!("the root got no reduction"),
+                (_, (None, None, None)) => {}
+                (_, _) => panic!("rank {q} is not the root but got a reduction"),
+            }
+        }
+    }
+    let back = g.teardown().unwrap();
+    assert_eq!(back.iter().map(|w| w.rank).collect::<Vec<_>>(), here.collect::<Vec<_>>());
+}
+
+/// A worker that fails on request.
+struct F {
+    rank: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Trouble {
+    None,
+    /// The rank whose tensor is one element longer.
+    Shape(usize),
+    /// The rank whose method returns `Err`.
+    Err(usize),
+    /// The rank whose method panics.
+    Panic(usize),
+}
+
+#[actor]
+impl F {
+    fn make(&mut self, trouble: &Trouble) -> Result<Tensor<f32>, BoxError> {
+        let rank = self.rank;
+        match *trouble {
+            Trouble::Shape(r) if r == rank => Ok(Tensor::full([5], 1.0)),
+            Trouble::Err(r) if r == rank => Err(format!("rank {rank} refused").into()),
+            Trouble::Panic(r) if r == rank => panic!("rank {rank} gave up"),
+            _ => Ok(Tensor::full([4], rank as f32)),
+        }
+    }
+}
+
+graph! {
+    Fails(workers: [F], trouble: Trouble) {
+        allreduce(workers.make(trouble), Sum)
+    }
+}
+
+fn failures(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
+    let mut g = Fails::launch(here.clone().map(|rank| F { rank }).collect::<Vec<_>>(), mpi).unwrap();
+    let total = (0..size).map(|q| q as f32).sum::<f32>();
+    let fine = |g: &mut Fails| {
+        for t in g.execute(Trouble::None).unwrap() {
+            assert_eq!(t.to_vec(), vec![total; 4]);
+        }
+    };
+    fine(&mut g);
+    // A shape mismatch between ranks of different processes: the last rank's tensor.
+    let last = size - 1;
+    match g.execute(Trouble::Shape(last)) {
+        Err(Error::ShapeMismatch { counts, shapes, .. }) => {
+            let want: Vec<(DType, usize)> =
+                (0..size).map(|q| (DType::F32, if q == last { 5 } else { 4 })).collect();
+            assert_eq!(counts, want);
+            assert_eq!(shapes[last], vec![5]);
+        }
+        other => panic!("expected a shape mismatch, got {other:?}"),
+    }
+    fine(&mut g);
+    // A method error on a rank of the last process: the same error everywhere.
+    match g.execute(Trouble::Err(last)) {
+        Err(e @ Error::Method { group: "workers", method: "make", rank, .. }) if rank == last => {
+            assert!(e.to_string().ends_with(&format!("rank {last} refused")), "{e}");
+        }
+        other => panic!("expected the method error of rank {last}, got {other:?}"),
+    }
+    fine(&mut g);
+    // A panic on rank 1 (of process 0 or 1): the same error everywhere, then the actor is
+    // poisoned, on every process's watch.
+    match g.execute(Trouble::Panic(1)) {
+        Err(Error::Panic { group: "workers", rank: 1, method: Some("make"), message }) => {
+            assert!(message.contains("rank 1 gave up"), "{message}");
+        }
+        other => panic!("expected rank 1's panic, got {other:?}"),
+    }
+    match g.execute(Trouble::None) {
+        Err(Error::Poisoned { group: "workers", rank: 1, .. }) => {}
+        other => panic!("expected rank 1 poisoned, got {other:?}"),
+    }
+    drop(g.teardown_each());
+}
+
+graph! {
+    Other(workers: [F], trouble: Trouble) {
+        allreduce(workers.make(trouble), Max)
+    }
+}
+
+fn launch(mpi: &Mpi, here: std::ops::Range<usize>) {
+    let make = || here.clone().map(|rank| F { rank }).collect::<Vec<_>>();
+    // Process 1 launches another graph.
+    let launched = if mpi.process() == 1 {
+        Other::launch(make(), mpi).map(drop)
+    } else {
+        Fails::launch(make(), mpi).map(drop)
+    };
+    match launched {
+        Err(Error::GraphMismatch { process: 1, .. }) => {}
+        other => panic!("expected a graph mismatch, got {:?}", other.map(drop)),
+    }
+    // Process 1 gives the group no actor.
+    let actors = if mpi.process() == 1 { Vec::new() } else { make() };
+    match Fails::launch(actors, mpi) {
+        Err(Error::ProcessLayout { group: "workers", process: 1 }) => {}
+        other => panic!("expected a layout error, got {:?}", other.map(drop)),
+    }
+    // Process 0's actor cannot be made: its launch fails, and so does every other's.
+    // (`Actors::try_each` hands each actor its rank in the whole group.)
+    let actors = Actors::try_each(here.len(), move |rank, _| {
+        if rank == 0 {
+            Err("no actor 0 today")
+        } else {
+            Ok(F { rank })
+        }
+    });
+    match (mpi.process(), Fails::launch_actors(actors, mpi, LaunchOptions::default())) {
+        (0, Err(Error::ActorInit { rank: 0, .. })) => {}
+        (p, Err(Error::ProcessLaunch { process: 0, reason, .. })) if p > 0 => {
+            assert!(reason.contains("no actor 0 today"), "{reason}");
+        }
+        (p, other) => panic!("process {p}: expected a failed launch, got {:?}", other.map(drop)),
+    }
+    // And then a launch that works.
+    let mut g = Fails::launch(make(), mpi).unwrap();
+    assert_eq!(g.execute(Trouble::None).unwrap().len(), here.len());
+}
+
+fn dies(mpi: &Mpi, here: std::ops::Range<usize>) {
+    let mut g = Fails::launch(here.map(|rank| F { rank }).collect::<Vec<_>>(), mpi).unwrap();
+    g.execute(Trouble::None).unwrap();
+    if mpi.process() == 1 {
+        println!("process 1 exits now");
+        std::process::exit(3);
+    }
+    // The others wait in the next stage for process 1, until the MPI runtime ends them.
+    let _ = g.execute(Trouble::None);
+    // Only reached if MPI let the stage through without process 1.
+    panic!("a stage completed without process 1");
+}
