@@ -39,7 +39,11 @@ fn mpirun(scenario: &str, layout: &[usize], btl: &str) -> Run {
     // One `mpirun` at a time: on a small machine, several at once oversubscribe it.
     static SERIAL: Mutex<()> = Mutex::new(());
     let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let layout_arg = layout.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+    let layout_arg = layout
+        .iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "mpi-{scenario}-{}-{}",
         layout_arg.replace(',', "_"),
@@ -69,7 +73,9 @@ fn mpirun(scenario: &str, layout: &[usize], btl: &str) -> Run {
         .spawn();
     let mut child = match child {
         Ok(child) => child,
-        Err(e) => panic!("could not start `mpirun` ({e}): install OpenMPI (libopenmpi-dev openmpi-bin)"),
+        Err(e) => {
+            panic!("could not start `mpirun` ({e}): install OpenMPI (libopenmpi-dev openmpi-bin)")
+        }
     };
     let start = Instant::now();
     let status = loop {
@@ -86,7 +92,9 @@ fn mpirun(scenario: &str, layout: &[usize], btl: &str) -> Run {
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
     let output = format!("{}\n{}", read("stdout.txt"), read("stderr.txt"));
     let Some(status) = status else {
-        panic!("mpirun {scenario} over {layout:?} ({btl}) hung: killed after {WATCHDOG:?}\n{output}");
+        panic!(
+            "mpirun {scenario} over {layout:?} ({btl}) hung: killed after {WATCHDOG:?}\n{output}"
+        );
     };
     Run {
         success: status.success(),
@@ -201,17 +209,40 @@ fn f(q: usize, i: usize, s: u64) -> f32 {
 
 fn values(q: usize, s: u64) -> Vals {
     let a: Vec<f32> = (0..12).map(|i| f(q, i, s)).collect();
-    let b: Vec<f16> = (0..8).map(|i| f16::from_f32(1.0 + f(q, i, s).abs().fract() * 2.0)).collect();
-    let c: Vec<i64> = (0..4).map(|i| (q as i64 + 1) * 1_000_003 * (i as i64 - 2) + s as i64).collect();
+    let b: Vec<f16> = (0..8)
+        .map(|i| f16::from_f32(1.0 + f(q, i, s).abs().fract() * 2.0))
+        .collect();
+    let c: Vec<i64> = (0..4)
+        .map(|i| (q as i64 + 1) * 1_000_003 * (i as i64 - 2) + s as i64)
+        .collect();
     let d: Vec<bf16> = (0..8).map(|i| bf16::from_f32(f(q, i, s) / 1.0e3)).collect();
     let e = f64::from(f(q, 5, s)) * 1.0e-3 + 1.0 / (q as f64 + 3.0);
     let u: Vec<u8> = (0..3).map(|i| (q * 31 + i + s as usize) as u8).collect();
     let t = |shape: &[usize], v: Vec<_>| Tensor::from_vec(v, shape).unwrap();
-    let nested = vec![Tensor::from_vec(b[..2].to_vec(), [2]).unwrap(), Tensor::from_vec(b[3..].to_vec(), [5]).unwrap()];
-    (t(&[4, 3], a), Tensor::from_vec(b, [8]).unwrap(), c, Tensor::from_vec(d, [4, 2]).unwrap(), e, Tensor::from_vec(u, [3]).unwrap(), nested)
+    let nested = vec![
+        Tensor::from_vec(b[..2].to_vec(), [2]).unwrap(),
+        Tensor::from_vec(b[3..].to_vec(), [5]).unwrap(),
+    ];
+    (
+        t(&[4, 3], a),
+        Tensor::from_vec(b, [8]).unwrap(),
+        c,
+        Tensor::from_vec(d, [4, 2]).unwrap(),
+        e,
+        Tensor::from_vec(u, [3]).unwrap(),
+        nested,
+    )
 }
 
-type Vals = (Tensor<f32>, Tensor<f16>, Vec<i64>, Tensor<bf16>, f64, Tensor<u8>, Vec<Tensor<f16>>);
+type Vals = (
+    Tensor<f32>,
+    Tensor<f16>,
+    Vec<i64>,
+    Tensor<bf16>,
+    f64,
+    Tensor<u8>,
+    Vec<Tensor<f16>>,
+);
 
 #[actor]
 impl W {
@@ -237,7 +268,12 @@ graph! {
 }
 
 /// The reduction over every rank of the slices `pick` takes from their values.
-fn reduced<E: Element>(size: usize, s: u64, op: ReduceOp, pick: impl Fn(&Vals) -> Vec<E>) -> Vec<E> {
+fn reduced<E: Element>(
+    size: usize,
+    s: u64,
+    op: ReduceOp,
+    pick: impl Fn(&Vals) -> Vec<E>,
+) -> Vec<E> {
     let all: Vec<Vec<E>> = (0..size).map(|q| pick(&values(q, s))).collect();
     let refs: Vec<&[E]> = all.iter().map(Vec::as_slice).collect();
     reduce_reference(&refs, op)
@@ -246,7 +282,11 @@ fn reduced<E: Element>(size: usize, s: u64, op: ReduceOp, pick: impl Fn(&Vals) -
 /// Bit for bit: the same text of every element (`{:?}` of a float is its shortest exact
 /// form, so `-0.0`, `0.0` and every other pair of distinct values print differently).
 fn same<T: std::fmt::Debug>(what: &str, rank: usize, got: &[T], want: &[T]) {
-    assert_eq!(format!("{got:?}"), format!("{want:?}"), "{what} on rank {rank}");
+    assert_eq!(
+        format!("{got:?}"),
+        format!("{want:?}"),
+        "{what} on rank {rank}"
+    );
 }
 
 fn collectives(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
@@ -261,7 +301,10 @@ fn collectives(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
         backward.reverse();
         let back: Vec<Vec<f32>> = backward.iter().map(|v| v.0.to_vec()).collect();
         let refs: Vec<&[f32]> = back.iter().map(Vec::as_slice).collect();
-        assert_ne!(format!("{forward:?}"), format!("{:?}", reduce_reference(&refs, ReduceOp::Sum)));
+        assert_ne!(
+            format!("{forward:?}"),
+            format!("{:?}", reduce_reference(&refs, ReduceOp::Sum))
+        );
     }
     for s in 0..3u64 {
         let out = g.execute(s).unwrap();
@@ -271,47 +314,195 @@ fn collectives(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
             let (sum, prod, min, max, avg, every, part, from, red) = o;
             // allreduce, every op, a nested bucket of six dtypes
             let (a, n, c, d, e, u) = sum;
-            same("sum a", q, &a.to_vec(), &reduced(size, s, ReduceOp::Sum, |v| v.0.to_vec()));
+            same(
+                "sum a",
+                q,
+                &a.to_vec(),
+                &reduced(size, s, ReduceOp::Sum, |v| v.0.to_vec()),
+            );
             assert_eq!(a.shape(), &[4, 3]);
-            assert_eq!(n.iter().map(|t| t.shape().to_vec()).collect::<Vec<_>>(), [vec![2], vec![5]]);
+            assert_eq!(
+                n.iter().map(|t| t.shape().to_vec()).collect::<Vec<_>>(),
+                [vec![2], vec![5]]
+            );
             let flat: Vec<f16> = n.iter().flat_map(Tensor::to_vec).collect();
             let pick = |v: &Vals| v.6.iter().flat_map(Tensor::to_vec).collect::<Vec<_>>();
-            same("sum nested", q, &flat, &reduced(size, s, ReduceOp::Sum, pick));
-            same("sum c", q, c, &reduced(size, s, ReduceOp::Sum, |v| v.2.clone()));
-            same("sum d", q, &d.to_vec(), &reduced(size, s, ReduceOp::Sum, |v| v.3.to_vec()));
-            same("sum e", q, &[*e], &reduced(size, s, ReduceOp::Sum, |v| vec![v.4]));
-            same("sum u", q, &u.to_vec(), &reduced(size, s, ReduceOp::Sum, |v| v.5.to_vec()));
+            same(
+                "sum nested",
+                q,
+                &flat,
+                &reduced(size, s, ReduceOp::Sum, pick),
+            );
+            same(
+                "sum c",
+                q,
+                c,
+                &reduced(size, s, ReduceOp::Sum, |v| v.2.clone()),
+            );
+            same(
+                "sum d",
+                q,
+                &d.to_vec(),
+                &reduced(size, s, ReduceOp::Sum, |v| v.3.to_vec()),
+            );
+            same(
+                "sum e",
+                q,
+                &[*e],
+                &reduced(size, s, ReduceOp::Sum, |v| vec![v.4]),
+            );
+            same(
+                "sum u",
+                q,
+                &u.to_vec(),
+                &reduced(size, s, ReduceOp::Sum, |v| v.5.to_vec()),
+            );
             let (b, c, d, u) = prod;
-            same("prod b", q, &b.to_vec(), &reduced(size, s, ReduceOp::Prod, |v| v.1.to_vec()));
-            same("prod c", q, c, &reduced(size, s, ReduceOp::Prod, |v| v.2.clone()));
-            same("prod d", q, &d.to_vec(), &reduced(size, s, ReduceOp::Prod, |v| v.3.to_vec()));
-            same("prod u", q, &u.to_vec(), &reduced(size, s, ReduceOp::Prod, |v| v.5.to_vec()));
+            same(
+                "prod b",
+                q,
+                &b.to_vec(),
+                &reduced(size, s, ReduceOp::Prod, |v| v.1.to_vec()),
+            );
+            same(
+                "prod c",
+                q,
+                c,
+                &reduced(size, s, ReduceOp::Prod, |v| v.2.clone()),
+            );
+            same(
+                "prod d",
+                q,
+                &d.to_vec(),
+                &reduced(size, s, ReduceOp::Prod, |v| v.3.to_vec()),
+            );
+            same(
+                "prod u",
+                q,
+                &u.to_vec(),
+                &reduced(size, s, ReduceOp::Prod, |v| v.5.to_vec()),
+            );
             let (a, b, c, d, e) = min;
-            same("min a", q, &a.to_vec(), &reduced(size, s, ReduceOp::Min, |v| v.0.to_vec()));
-            same("min b", q, &b.to_vec(), &reduced(size, s, ReduceOp::Min, |v| v.1.to_vec()));
-            same("min c", q, c, &reduced(size, s, ReduceOp::Min, |v| v.2.clone()));
-            same("min d", q, &d.to_vec(), &reduced(size, s, ReduceOp::Min, |v| v.3.to_vec()));
-            same("min e", q, &[*e], &reduced(size, s, ReduceOp::Min, |v| vec![v.4]));
+            same(
+                "min a",
+                q,
+                &a.to_vec(),
+                &reduced(size, s, ReduceOp::Min, |v| v.0.to_vec()),
+            );
+            same(
+                "min b",
+                q,
+                &b.to_vec(),
+                &reduced(size, s, ReduceOp::Min, |v| v.1.to_vec()),
+            );
+            same(
+                "min c",
+                q,
+                c,
+                &reduced(size, s, ReduceOp::Min, |v| v.2.clone()),
+            );
+            same(
+                "min d",
+                q,
+                &d.to_vec(),
+                &reduced(size, s, ReduceOp::Min, |v| v.3.to_vec()),
+            );
+            same(
+                "min e",
+                q,
+                &[*e],
+                &reduced(size, s, ReduceOp::Min, |v| vec![v.4]),
+            );
             let (a, d, u) = max;
-            same("max a", q, &a.to_vec(), &reduced(size, s, ReduceOp::Max, |v| v.0.to_vec()));
-            same("max d", q, &d.to_vec(), &reduced(size, s, ReduceOp::Max, |v| v.3.to_vec()));
-            same("max u", q, &u.to_vec(), &reduced(size, s, ReduceOp::Max, |v| v.5.to_vec()));
+            same(
+                "max a",
+                q,
+                &a.to_vec(),
+                &reduced(size, s, ReduceOp::Max, |v| v.0.to_vec()),
+            );
+            same(
+                "max d",
+                q,
+                &d.to_vec(),
+                &reduced(size, s, ReduceOp::Max, |v| v.3.to_vec()),
+            );
+            same(
+                "max u",
+                q,
+                &u.to_vec(),
+                &reduced(size, s, ReduceOp::Max, |v| v.5.to_vec()),
+            );
             let (a, b, c, d, e, u) = avg;
-            same("avg a", q, &a.to_vec(), &reduced(size, s, ReduceOp::Avg, |v| v.0.to_vec()));
-            same("avg b", q, &b.to_vec(), &reduced(size, s, ReduceOp::Avg, |v| v.1.to_vec()));
-            same("avg c", q, c, &reduced(size, s, ReduceOp::Avg, |v| v.2.clone()));
-            same("avg d", q, &d.to_vec(), &reduced(size, s, ReduceOp::Avg, |v| v.3.to_vec()));
-            same("avg e", q, &[*e], &reduced(size, s, ReduceOp::Avg, |v| vec![v.4]));
-            same("avg u", q, &u.to_vec(), &reduced(size, s, ReduceOp::Avg, |v| v.5.to_vec()));
+            same(
+                "avg a",
+                q,
+                &a.to_vec(),
+                &reduced(size, s, ReduceOp::Avg, |v| v.0.to_vec()),
+            );
+            same(
+                "avg b",
+                q,
+                &b.to_vec(),
+                &reduced(size, s, ReduceOp::Avg, |v| v.1.to_vec()),
+            );
+            same(
+                "avg c",
+                q,
+                c,
+                &reduced(size, s, ReduceOp::Avg, |v| v.2.clone()),
+            );
+            same(
+                "avg d",
+                q,
+                &d.to_vec(),
+                &reduced(size, s, ReduceOp::Avg, |v| v.3.to_vec()),
+            );
+            same(
+                "avg e",
+                q,
+                &[*e],
+                &reduced(size, s, ReduceOp::Avg, |v| vec![v.4]),
+            );
+            same(
+                "avg u",
+                q,
+                &u.to_vec(),
+                &reduced(size, s, ReduceOp::Avg, |v| v.5.to_vec()),
+            );
             // allgather: every rank's value in rank order
             let (a, c, d, e, u) = every;
             let each: Vec<Vals> = (0..size).map(|p| values(p, s)).collect();
             assert_eq!(a.shape(), &[4 * size, 3]);
-            same("gather a", q, &a.to_vec(), &each.iter().flat_map(|v| v.0.to_vec()).collect::<Vec<_>>());
-            same("gather c", q, c, &each.iter().flat_map(|v| v.2.clone()).collect::<Vec<_>>());
-            same("gather d", q, &d.to_vec(), &each.iter().flat_map(|v| v.3.to_vec()).collect::<Vec<_>>());
-            same("gather e", q, e, &each.iter().map(|v| v.4).collect::<Vec<_>>());
-            same("gather u", q, &u.to_vec(), &each.iter().flat_map(|v| v.5.to_vec()).collect::<Vec<_>>());
+            same(
+                "gather a",
+                q,
+                &a.to_vec(),
+                &each.iter().flat_map(|v| v.0.to_vec()).collect::<Vec<_>>(),
+            );
+            same(
+                "gather c",
+                q,
+                c,
+                &each.iter().flat_map(|v| v.2.clone()).collect::<Vec<_>>(),
+            );
+            same(
+                "gather d",
+                q,
+                &d.to_vec(),
+                &each.iter().flat_map(|v| v.3.to_vec()).collect::<Vec<_>>(),
+            );
+            same(
+                "gather e",
+                q,
+                e,
+                &each.iter().map(|v| v.4).collect::<Vec<_>>(),
+            );
+            same(
+                "gather u",
+                q,
+                &u.to_vec(),
+                &each.iter().flat_map(|v| v.5.to_vec()).collect::<Vec<_>>(),
+            );
             // reducescatter: this rank's rows of the reduction
             let (a, b, d) = part;
             fn rows<T: Clone>(full: Vec<T>, q: usize, size: usize) -> Vec<T> {
@@ -319,9 +510,24 @@ fn collectives(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
                 full[q * chunk..(q + 1) * chunk].to_vec()
             }
             assert_eq!(a.shape(), &[4 / size, 3]);
-            same("scatter a", q, &a.to_vec(), &rows(reduced(size, s, ReduceOp::Avg, |v| v.0.to_vec()), q, size));
-            same("scatter b", q, &b.to_vec(), &rows(reduced(size, s, ReduceOp::Avg, |v| v.1.to_vec()), q, size));
-            same("scatter d", q, &d.to_vec(), &rows(reduced(size, s, ReduceOp::Avg, |v| v.3.to_vec()), q, size));
+            same(
+                "scatter a",
+                q,
+                &a.to_vec(),
+                &rows(reduced(size, s, ReduceOp::Avg, |v| v.0.to_vec()), q, size),
+            );
+            same(
+                "scatter b",
+                q,
+                &b.to_vec(),
+                &rows(reduced(size, s, ReduceOp::Avg, |v| v.1.to_vec()), q, size),
+            );
+            same(
+                "scatter d",
+                q,
+                &d.to_vec(),
+                &rows(reduced(size, s, ReduceOp::Avg, |v| v.3.to_vec()), q, size),
+            );
             // broadcast from rank 1, wherever it is
             let (a, b, c, e) = from;
             let root = values(1, s);
@@ -332,9 +538,24 @@ fn collectives(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
             // reduce to rank 1
             match (q, red) {
                 (1, (Some(a), Some(c), Some(d))) => {
-                    same("reduce a", q, &a.to_vec(), &reduced(size, s, ReduceOp::Sum, |v| v.0.to_vec()));
-                    same("reduce c", q, c, &reduced(size, s, ReduceOp::Sum, |v| v.2.clone()));
-                    same("reduce d", q, &d.to_vec(), &reduced(size, s, ReduceOp::Sum, |v| v.3.to_vec()));
+                    same(
+                        "reduce a",
+                        q,
+                        &a.to_vec(),
+                        &reduced(size, s, ReduceOp::Sum, |v| v.0.to_vec()),
+                    );
+                    same(
+                        "reduce c",
+                        q,
+                        c,
+                        &reduced(size, s, ReduceOp::Sum, |v| v.2.clone()),
+                    );
+                    same(
+                        "reduce d",
+                        q,
+                        &d.to_vec(),
+                        &reduced(size, s, ReduceOp::Sum, |v| v.3.to_vec()),
+                    );
                 }
                 (1, _) => panic!("the root got no reduction"),
                 (_, (None, None, None)) => {}
@@ -343,7 +564,10 @@ fn collectives(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
         }
     }
     let back = g.teardown().unwrap();
-    assert_eq!(back.iter().map(|w| w.rank).collect::<Vec<_>>(), here.collect::<Vec<_>>());
+    assert_eq!(
+        back.iter().map(|w| w.rank).collect::<Vec<_>>(),
+        here.collect::<Vec<_>>()
+    );
 }
 
 /// A worker that fails on request.
@@ -382,7 +606,8 @@ graph! {
 }
 
 fn failures(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
-    let mut g = Fails::launch(here.clone().map(|rank| F { rank }).collect::<Vec<_>>(), mpi).unwrap();
+    let mut g =
+        Fails::launch(here.clone().map(|rank| F { rank }).collect::<Vec<_>>(), mpi).unwrap();
     let total = (0..size).map(|q| q as f32).sum::<f32>();
     let fine = |g: &mut Fails| {
         for t in g.execute(Trouble::None).unwrap() {
@@ -394,8 +619,9 @@ fn failures(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
     let last = size - 1;
     match g.execute(Trouble::Shape(last)) {
         Err(Error::ShapeMismatch { counts, shapes, .. }) => {
-            let want: Vec<(DType, usize)> =
-                (0..size).map(|q| (DType::F32, if q == last { 5 } else { 4 })).collect();
+            let want: Vec<(DType, usize)> = (0..size)
+                .map(|q| (DType::F32, if q == last { 5 } else { 4 }))
+                .collect();
             assert_eq!(counts, want);
             assert_eq!(shapes[last], vec![5]);
         }
@@ -404,8 +630,18 @@ fn failures(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
     fine(&mut g);
     // A method error on a rank of the last process: the same error everywhere.
     match g.execute(Trouble::Err(last)) {
-        Err(e @ Error::Method { group: "workers", method: "make", rank, .. }) if rank == last => {
-            assert!(e.to_string().ends_with(&format!("rank {last} refused")), "{e}");
+        Err(
+            e @ Error::Method {
+                group: "workers",
+                method: "make",
+                rank,
+                ..
+            },
+        ) if rank == last => {
+            assert!(
+                e.to_string().ends_with(&format!("rank {last} refused")),
+                "{e}"
+            );
         }
         other => panic!("expected the method error of rank {last}, got {other:?}"),
     }
@@ -413,13 +649,22 @@ fn failures(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
     // A panic on rank 1 (of process 0 or 1): the same error everywhere, then the actor is
     // poisoned, on every process's watch.
     match g.execute(Trouble::Panic(1)) {
-        Err(Error::Panic { group: "workers", rank: 1, method: Some("make"), message }) => {
+        Err(Error::Panic {
+            group: "workers",
+            rank: 1,
+            method: Some("make"),
+            message,
+        }) => {
             assert!(message.contains("rank 1 gave up"), "{message}");
         }
         other => panic!("expected rank 1's panic, got {other:?}"),
     }
     match g.execute(Trouble::None) {
-        Err(Error::Poisoned { group: "workers", rank: 1, .. }) => {}
+        Err(Error::Poisoned {
+            group: "workers",
+            rank: 1,
+            ..
+        }) => {}
         other => panic!("expected rank 1 poisoned, got {other:?}"),
     }
     drop(g.teardown_each());
@@ -444,9 +689,16 @@ fn launch(mpi: &Mpi, here: std::ops::Range<usize>) {
         other => panic!("expected a graph mismatch, got {:?}", other.map(drop)),
     }
     // Process 1 gives the group no actor.
-    let actors = if mpi.process() == 1 { Vec::new() } else { make() };
+    let actors = if mpi.process() == 1 {
+        Vec::new()
+    } else {
+        make()
+    };
     match Fails::launch(actors, mpi) {
-        Err(Error::ProcessLayout { group: "workers", process: 1 }) => {}
+        Err(Error::ProcessLayout {
+            group: "workers",
+            process: 1,
+        }) => {}
         other => panic!("expected a layout error, got {:?}", other.map(drop)),
     }
     // Process 0's actor cannot be made: its launch fails, and so does every other's.
@@ -458,12 +710,23 @@ fn launch(mpi: &Mpi, here: std::ops::Range<usize>) {
             Ok(F { rank })
         }
     });
-    match (mpi.process(), Fails::launch_actors(actors, mpi, LaunchOptions::default())) {
+    match (
+        mpi.process(),
+        Fails::launch_actors(actors, mpi, LaunchOptions::default()),
+    ) {
         (0, Err(Error::ActorInit { rank: 0, .. })) => {}
-        (p, Err(Error::ProcessLaunch { process: 0, reason, .. })) if p > 0 => {
+        (
+            p,
+            Err(Error::ProcessLaunch {
+                process: 0, reason, ..
+            }),
+        ) if p > 0 => {
             assert!(reason.contains("no actor 0 today"), "{reason}");
         }
-        (p, other) => panic!("process {p}: expected a failed launch, got {:?}", other.map(drop)),
+        (p, other) => panic!(
+            "process {p}: expected a failed launch, got {:?}",
+            other.map(drop)
+        ),
     }
     // And then a launch that works.
     let mut g = Fails::launch(make(), mpi).unwrap();

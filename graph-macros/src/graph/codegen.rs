@@ -488,7 +488,7 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
                 };
                 let label = &v.label;
                 let zsize = size_var(zn);
-        Some(quote!(#rt::check_output_rank(#label, #rank, #zs, #zsize)?;))
+                Some(quote!(#rt::check_output_rank(#label, #rank, #zs, #zsize)?;))
             })
         });
         quote!(#(#checks)*)
@@ -508,23 +508,19 @@ fn launch_checks(g: &Graph, groups: &[GroupPlan], sched: &Schedule) -> TokenStre
         let rt = rt.clone();
         let n = &d.name;
         let s = n.to_string();
-        d.indices
-            .iter()
-            .map(move |(k, _)| {
-                let size = size_var(n);
-                quote!(#rt::check_index(#s, #size, #k)?;)
-            })
+        d.indices.iter().map(move |(k, _)| {
+            let size = size_var(n);
+            quote!(#rt::check_index(#s, #size, #k)?;)
+        })
     });
     let roots = g.groups.iter().flat_map(|d| {
         let rt = rt.clone();
         let n = &d.name;
         let s = n.to_string();
-        d.roots
-            .iter()
-            .map(move |(stage, root)| {
-                let size = size_var(n);
-                quote!(#rt::check_root(#s, #size, #stage, #root)?;)
-            })
+        d.roots.iter().map(move |(stage, root)| {
+            let size = size_var(n);
+            quote!(#rt::check_root(#s, #size, #stage, #root)?;)
+        })
     });
     let edges = sched.edges.iter().filter_map(|e| {
         // Only a per-actor value maps actor i to actor i; a value of one actor goes

@@ -29,8 +29,8 @@ use super::wire::{self, Failure, OwnedHeader};
 use super::{GroupLayout, SendComm, World};
 use crate::comm::reduce::{combine, finish, load, BLOCK};
 use crate::comm::{
-    agree, AbortHandle, Call, Collective, Communicator, Disagreement, Header, RegionMut,
-    SlotDesc, StageError, Status,
+    agree, AbortHandle, Call, Collective, Communicator, Disagreement, Header, RegionMut, SlotDesc,
+    StageError, Status,
 };
 use crate::element::{for_each_dtype, with_dtype};
 use crate::sync::Barrier;
@@ -214,7 +214,10 @@ impl Communicator for MpiComm {
         node.barrier.wait().map_err(|_| StageError::Aborted)?;
         if self.local == 0 {
             let outcome = node.lead(collective);
-            node.shared.write().unwrap_or_else(PoisonError::into_inner).outcome = outcome;
+            node.shared
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .outcome = outcome;
         }
         node.barrier.wait().map_err(|_| StageError::Aborted)?;
         let shared = node.shared.read().unwrap_or_else(PoisonError::into_inner);
@@ -238,7 +241,15 @@ impl Communicator for MpiComm {
                 ))))
             }
         }
-        copy_out(&shared, header.slots, collective, self.rank, node.size, regions, outputs);
+        copy_out(
+            &shared,
+            header.slots,
+            collective,
+            self.rank,
+            node.size,
+            regions,
+            outputs,
+        );
         Ok(())
     }
 
@@ -355,7 +366,9 @@ impl Node {
         let first = wire::decode(&posts[0].words).ok_or_else(|| bad("a rank posted no header"))?;
         let failed = posts.iter().any(|p| p.failure.is_some())
             || first.status == Status::Failed
-            || posts.iter().any(|p| wire::decode(&p.words).is_none_or(|h| h.status == Status::Failed));
+            || posts
+                .iter()
+                .any(|p| wire::decode(&p.words).is_none_or(|h| h.status == Status::Failed));
         let alike = posts.iter().all(|p| p.words == posts[0].words);
         let digest = wire::digest(&posts[0].words);
         let mine = [
@@ -387,8 +400,14 @@ impl Node {
             Failure::encode(p.failure.as_ref(), words);
         }
         let mut lens = vec![0u64; processes];
-        leader.comm.0.all_gather_into(&(words.len() as u64), &mut lens[..]);
-        let counts: Vec<i32> = lens.iter().map(|&n| i32::try_from(n).unwrap_or(i32::MAX)).collect();
+        leader
+            .comm
+            .0
+            .all_gather_into(&(words.len() as u64), &mut lens[..]);
+        let counts: Vec<i32> = lens
+            .iter()
+            .map(|&n| i32::try_from(n).unwrap_or(i32::MAX))
+            .collect();
         let displs: Vec<i32> = counts
             .iter()
             .scan(0i32, |at, &n| {
@@ -401,7 +420,10 @@ impl Node {
         let mut every = vec![0u64; usize::try_from(total).unwrap_or(0)];
         {
             let mut recv = PartitionMut::new(&mut every[..], &counts[..], &displs[..]);
-            leader.comm.0.all_gather_varcount_into(&words[..], &mut recv);
+            leader
+                .comm
+                .0
+                .all_gather_varcount_into(&words[..], &mut recv);
         }
         let mut headers: Vec<(OwnedHeader, Option<Failure>)> = Vec::with_capacity(self.size);
         let mut rest = &every[..];
@@ -410,7 +432,9 @@ impl Node {
             let n = wire::take(&mut rest).ok_or_else(corrupt)?;
             for _ in 0..n {
                 let len = wire::take(&mut rest).ok_or_else(corrupt)?;
-                let h = wire::take_n(&mut rest, len).and_then(wire::decode).ok_or_else(corrupt)?;
+                let h = wire::take_n(&mut rest, len)
+                    .and_then(wire::decode)
+                    .ok_or_else(corrupt)?;
                 let f = Failure::decode(&mut rest).ok_or_else(corrupt)?;
                 headers.push((h, f));
             }
@@ -454,7 +478,10 @@ impl Node {
         shared: &mut Shared,
     ) -> Result<(), String> {
         let lens = region_lens(&header.slots);
-        let dtypes: Vec<DType> = DType::ALL.into_iter().filter(|d| lens[d.index()] > 0).collect();
+        let dtypes: Vec<DType> = DType::ALL
+            .into_iter()
+            .filter(|d| lens[d.index()] > 0)
+            .collect();
         let count = |elems: usize, d: DType| {
             i32::try_from(elems * d.size()).map_err(|_| {
                 format!("a region of {elems} {d} elements is over MPI's 2 GiB per call")
@@ -505,20 +532,27 @@ impl Node {
             partitions.push((d, counts, displs));
         }
         // The send buffer holds every dtype's block, one after the other.
-        let blocks: Vec<usize> = dtypes.iter().map(|d| n * lens[d.index()] * d.size()).collect();
+        let blocks: Vec<usize> = dtypes
+            .iter()
+            .map(|d| n * lens[d.index()] * d.size())
+            .collect();
         let send = leader.send.bytes_mut(blocks.iter().sum());
         {
             let mut at = 0;
             for (&d, &block) in dtypes.iter().zip(&blocks) {
                 let one = block / n;
                 for (l, post) in posts.iter().enumerate() {
-                    send[at + l * one..at + (l + 1) * one].copy_from_slice(post.data[d.index()].bytes(one));
+                    send[at + l * one..at + (l + 1) * one]
+                        .copy_from_slice(post.data[d.index()].bytes(one));
                 }
                 at += block;
             }
         }
         let send = &*send;
-        let all_lens: Vec<usize> = DType::ALL.iter().map(|d| self.size * lens[d.index()] * d.size()).collect();
+        let all_lens: Vec<usize> = DType::ALL
+            .iter()
+            .map(|d| self.size * lens[d.index()] * d.size())
+            .collect();
         let mut parts = partitions.iter();
         let mut recvs = Vec::with_capacity(dtypes.len());
         for (d, all) in shared.all.iter_mut().enumerate() {
@@ -528,7 +562,11 @@ impl Node {
             let Some((_, counts, displs)) = parts.next() else {
                 break;
             };
-            recvs.push(PartitionMut::new(all.bytes_mut(all_lens[d]), &counts[..], &displs[..]));
+            recvs.push(PartitionMut::new(
+                all.bytes_mut(all_lens[d]),
+                &counts[..],
+                &displs[..],
+            ));
         }
         let comm = &leader.comm.0;
         ::mpi::request::scope(|scope| {
@@ -546,7 +584,9 @@ impl Node {
         });
         drop(recvs);
         let op = match collective_of(header) {
-            Collective::AllReduce(op) | Collective::ReduceScatter(op) | Collective::Reduce { op, .. } => op,
+            Collective::AllReduce(op)
+            | Collective::ReduceScatter(op)
+            | Collective::Reduce { op, .. } => op,
             _ => return Ok(()),
         };
         for &d in &dtypes {

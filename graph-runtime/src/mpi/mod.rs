@@ -113,7 +113,6 @@ impl GroupLayout {
     pub(crate) fn size(&self) -> usize {
         self.counts.iter().sum()
     }
-
 }
 
 impl Mpi {
@@ -163,7 +162,10 @@ impl Mpi {
     }
 
     fn world(&self) -> std::sync::MutexGuard<'_, SendComm> {
-        self.world.comm.lock().unwrap_or_else(PoisonError::into_inner)
+        self.world
+            .comm
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -267,11 +269,7 @@ impl Backend for Mpi {
         Ok(sizes)
     }
 
-    fn group_communicators(
-        &self,
-        group: &'static str,
-        size: usize,
-    ) -> Result<Vec<MpiComm>, Error> {
+    fn group_communicators(&self, group: &'static str, size: usize) -> Result<Vec<MpiComm>, Error> {
         let mut joined = self.joined();
         let Some(at) = joined.groups.iter().position(|(g, _)| *g == group) else {
             return Err(Error::Backend(format!(
@@ -299,7 +297,9 @@ impl Backend for Mpi {
         };
         // The lowest process that failed says why, to every other.
         let root = world.0.process_at_rank(process as i32);
-        let mut message = launched.map(|e| e.to_string().into_bytes()).unwrap_or_default();
+        let mut message = launched
+            .map(|e| e.to_string().into_bytes())
+            .unwrap_or_default();
         let mut len = message.len() as u64;
         root.broadcast_into(&mut len);
         message.resize(usize::try_from(len).unwrap_or(0), 0);
@@ -327,11 +327,7 @@ impl Backend for &Mpi {
         (**self).join(graph)
     }
 
-    fn group_communicators(
-        &self,
-        group: &'static str,
-        size: usize,
-    ) -> Result<Vec<MpiComm>, Error> {
+    fn group_communicators(&self, group: &'static str, size: usize) -> Result<Vec<MpiComm>, Error> {
         (**self).group_communicators(group, size)
     }
 

@@ -90,7 +90,11 @@ pub(super) fn decode(words: &[u64]) -> Option<OwnedHeader> {
         .collect::<Option<Vec<_>>>()?;
     Some(OwnedHeader {
         collective,
-        status: if status == 0 { Status::Ok } else { Status::Failed },
+        status: if status == 0 {
+            Status::Ok
+        } else {
+            Status::Failed
+        },
         slots,
         dims: dims.iter().map(|&d| n(d)).collect::<Option<_>>()?,
     })
@@ -311,7 +315,10 @@ mod tests {
             encode(&header, c, &mut words);
             let back = decode(&words).unwrap();
             assert_eq!(back.collective, c);
-            assert_eq!((back.status, &back.slots[..], &back.dims[..]), (Status::Ok, &slots[..], &[4, 2][..]));
+            assert_eq!(
+                (back.status, &back.slots[..], &back.dims[..]),
+                (Status::Ok, &slots[..], &[4, 2][..])
+            );
             assert_eq!(decode(&words[..words.len() - 1]), None);
         }
         let failures = [
