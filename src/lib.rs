@@ -7,8 +7,8 @@
 //! compile time and generates its type. Every collective becomes one fused stage: all of
 //! an actor's values packed into one flat buffer per dtype, one collective over it, and
 //! the outputs handed back as views into it. A runtime hosts the actors, one thread each,
-//! and their communicators: [`Cpu`] (shared memory, no set-up) and, with the feature
-//! `nccl`, NCCL on GPUs.
+//! and their communicators: [`Cpu`] (shared memory, no set-up), with the feature `nccl`,
+//! NCCL on GPUs, and with the feature `mpi`, MPI between processes and machines.
 //!
 //! ```
 //! use actorgraph::prelude::*;
@@ -61,7 +61,8 @@
 //! - [`reference::failures`]: what a failure does to the graph, timeouts, teardown.
 //!
 //! With the feature `nccl`, the `nccl` module and its reference page
-//! (`reference::nccl`) describe the GPU backend.
+//! (`reference::nccl`) describe the GPU backend; with the feature `mpi`, the `mpi` module
+//! and `reference::mpi` describe graphs that span processes.
 #![warn(missing_docs)]
 
 /// Reference: [`reference::actors`] (which methods become graph nodes, and where actors

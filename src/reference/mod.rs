@@ -12,6 +12,7 @@
 //! | `nccl` | the NCCL backend: GPUs, device tensors, requirements, the GPU check (feature `nccl`) |
 //! | `ndarray` | ndarray arrays in buckets; zero-copy conversions with `Tensor` (feature `ndarray`) |
 //! | `candle` | candle tensors (CPU) in buckets (feature `candle`) |
+//! | `mpi` | graphs whose actors span processes and machines, over MPI (feature `mpi`) |
 //!
 //! These modules hold documentation only.
 
@@ -44,3 +45,7 @@ pub mod ndarray {}
 #[cfg(feature = "candle")]
 #[doc = include_str!("candle.md")]
 pub mod candle {}
+
+#[cfg(feature = "mpi")]
+#[doc = include_str!("mpi.md")]
+pub mod mpi {}

@@ -6,7 +6,7 @@
 //! a process the ranks of a group meet in shared memory; one leader per process (its
 //! first actor) runs the MPI operations of a stage for all of them.
 //!
-//! ```no_run
+//! ```
 //! use actorgraph::mpi::Mpi;
 //! use actorgraph::prelude::*;
 //!
