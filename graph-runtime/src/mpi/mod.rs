@@ -43,6 +43,10 @@ mod wire;
 
 pub use comm::MpiComm;
 
+/// The `mpi` crate (rsmpi), for MPI calls of a program's own beside its graphs (after
+/// [`Mpi::init`], which initializes MPI).
+pub use ::mpi as rsmpi;
+
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ::mpi::environment::Universe;

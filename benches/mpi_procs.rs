@@ -1,0 +1,181 @@
+//! The MPI backend against OpenMPI's own `MPI_Allreduce` (through rsmpi), same processes,
+//! same bytes, side by side in one run: run under `mpirun` by `scripts/vs-mpi-procs.sh`.
+//!
+//! Not a criterion benchmark: criterion picks its iteration counts from the time each
+//! process measures, so the processes would run different numbers of collectives and
+//! wait for each other forever. Here every process runs the same fixed counts: per size,
+//! `SAMPLES` samples of `iters(bytes)` operations each, every sample started after an
+//! `MPI_Barrier`, alternating between the two contenders. Process 0 prints, per size, the
+//! min / median / max over the samples of the time per operation.
+//!
+//! Also: 64 tensors of 1 KiB as one fused stage against 64 `MPI_Allreduce` calls, and the
+//! cost of `launch` (its agreement and the communicators it makes).
+
+use std::time::{Duration, Instant};
+
+use actorgraph::mpi::rsmpi::collective::SystemOperation;
+use actorgraph::mpi::rsmpi::topology::SimpleCommunicator;
+use actorgraph::mpi::rsmpi::traits::*;
+use actorgraph::mpi::Mpi;
+use actorgraph::prelude::*;
+
+const SAMPLES: usize = 15;
+
+struct Worker {
+    grad: Tensor<f32>,
+    many: Vec<Tensor<f32>>,
+}
+
+#[actor]
+impl Worker {
+    fn grad(&mut self) -> Tensor<f32> {
+        self.grad.clone()
+    }
+    fn many(&mut self) -> Vec<Tensor<f32>> {
+        self.many.clone()
+    }
+}
+
+graph! {
+    One(workers: [Worker]) {
+        allreduce(workers.grad(), Sum)
+    }
+}
+
+graph! {
+    Many(workers: [Worker]) {
+        allreduce(workers.many(), Sum)
+    }
+}
+
+/// Operations per sample: about 8 MiB of payload, at least 1, at most 2000.
+fn iters(bytes: usize) -> usize {
+    ((8 << 20) / bytes).clamp(1, 2000)
+}
+
+/// The time per operation of `SAMPLES` samples of `n` calls of `op` each.
+fn samples(world: &SimpleCommunicator, n: usize, mut op: impl FnMut()) -> Vec<Duration> {
+    op(); // warm-up: buffers allocated, connections made
+    (0..SAMPLES)
+        .map(|_| {
+            world.barrier();
+            let start = Instant::now();
+            for _ in 0..n {
+                op();
+            }
+            start.elapsed() / n as u32
+        })
+        .collect()
+}
+
+fn stats(mut v: Vec<Duration>) -> [Duration; 3] {
+    v.sort();
+    [v[0], v[v.len() / 2], v[v.len() - 1]]
+}
+
+fn fmt(d: Duration) -> String {
+    let ns = d.as_secs_f64() * 1e9;
+    if ns >= 1e6 {
+        format!("{:.3} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+fn size(b: usize) -> String {
+    match b {
+        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+fn row(what: &str, mpi: [Duration; 3], ag: [Duration; 3]) {
+    let three = |s: [Duration; 3]| s.map(fmt).join(" / ");
+    let ratio = ag[1].as_secs_f64() / mpi[1].as_secs_f64();
+    let extra = ag[1].as_secs_f64() * 1e6 - mpi[1].as_secs_f64() * 1e6;
+    println!(
+        "| {what} | {} | {} | {ratio:.2}x | {extra:+.1} µs |",
+        three(mpi),
+        three(ag)
+    );
+}
+
+fn main() -> Result<(), actorgraph::Error> {
+    // `cargo bench` passes `--bench`; nothing else is read.
+    let mpi = Mpi::init()?;
+    let world = SimpleCommunicator::world();
+    let me = mpi.process();
+    let worker = |elems: usize| Worker {
+        grad: Tensor::full([elems], 1.0 + me as f32),
+        many: (0..64).map(|_| Tensor::full([256], 0.5)).collect(),
+    };
+
+    // The cost of `launch`: agreement, a communicator per group, threads.
+    let launches: Vec<Duration> = (0..SAMPLES)
+        .map(|_| {
+            world.barrier();
+            let start = Instant::now();
+            let g = One::launch(vec![worker(1)], &mpi).expect("launch");
+            let took = start.elapsed();
+            drop(g);
+            took
+        })
+        .collect();
+
+    if me == 0 {
+        println!(
+            "{} processes x 1 actor; {SAMPLES} samples per row, each the mean of a fixed number of operations",
+            mpi.processes()
+        );
+        println!();
+        println!("| f32 allreduce, bytes per rank | MPI_Allreduce min / median / max | actorgraph min / median / max | actorgraph / MPI (medians) | actorgraph - MPI (medians) |");
+        println!("| --- | --- | --- | --- | --- |");
+    }
+    for bytes in [4usize, 1 << 10, 32 << 10, 256 << 10, 1 << 20, 16 << 20, 64 << 20] {
+        let elems = bytes / 4;
+        let n = iters(bytes);
+        let send = vec![1.0f32 + me as f32; elems];
+        let mut recv = vec![0.0f32; elems];
+        let bare = samples(&world, n, || {
+            world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
+        });
+        let mut g = One::launch(vec![worker(elems)], &mpi)?;
+        let fused = samples(&world, n, || {
+            let out = g.execute().expect("execute");
+            std::hint::black_box(out);
+        });
+        drop(g);
+        if me == 0 {
+            row(&size(bytes), stats(bare), stats(fused));
+        }
+    }
+
+    // 64 tensors of 1 KiB: one fused stage against 64 calls.
+    let mut g = Many::launch(vec![worker(1)], &mpi)?;
+    let send = vec![vec![0.5f32; 256]; 64];
+    let mut recv = vec![vec![0.0f32; 256]; 64];
+    let bare = samples(&world, 200, || {
+        for (s, r) in send.iter().zip(recv.iter_mut()) {
+            world.all_reduce_into(&s[..], &mut r[..], SystemOperation::sum());
+        }
+    });
+    let fused = samples(&world, 200, || {
+        std::hint::black_box(g.execute().expect("execute"));
+    });
+    drop(g);
+    if me == 0 {
+        row("64 x 1 KiB (64 calls / one stage)", stats(bare), stats(fused));
+        let [lo, mid, hi] = stats(launches);
+        println!();
+        println!(
+            "launch of a 1-group graph: {} / {} / {} (min / median / max)",
+            fmt(lo),
+            fmt(mid),
+            fmt(hi)
+        );
+    }
+    Ok(())
+}
