@@ -134,7 +134,15 @@ fn main() -> Result<(), actorgraph::Error> {
         println!("| f32 allreduce, bytes per rank | MPI_Allreduce min / median / max | actorgraph min / median / max | actorgraph / MPI (medians) | actorgraph - MPI (medians) |");
         println!("| --- | --- | --- | --- | --- |");
     }
-    for bytes in [4usize, 1 << 10, 32 << 10, 256 << 10, 1 << 20, 16 << 20, 64 << 20] {
+    for bytes in [
+        4usize,
+        1 << 10,
+        32 << 10,
+        256 << 10,
+        1 << 20,
+        16 << 20,
+        64 << 20,
+    ] {
         let elems = bytes / 4;
         let n = iters(bytes);
         let send = vec![1.0f32 + me as f32; elems];
@@ -167,7 +175,11 @@ fn main() -> Result<(), actorgraph::Error> {
     });
     drop(g);
     if me == 0 {
-        row("64 x 1 KiB (64 calls / one stage)", stats(bare), stats(fused));
+        row(
+            "64 x 1 KiB (64 calls / one stage)",
+            stats(bare),
+            stats(fused),
+        );
         let [lo, mid, hi] = stats(launches);
         println!();
         println!(

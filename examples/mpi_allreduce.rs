@@ -64,12 +64,13 @@ fn parse() -> Result<Args, String> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        let n: usize = value
-            .parse()
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| format!("{flag} takes a positive integer, not {value:?}\n{USAGE}"))?;
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+        let n: usize =
+            value.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                format!("{flag} takes a positive integer, not {value:?}\n{USAGE}")
+            })?;
         match flag.as_str() {
             "--workers" => args.workers = n,
             "--steps" => args.steps = n,
@@ -105,10 +106,17 @@ fn run(args: &Args) -> Result<(), String> {
         for (i, (grad, loss)) in out.iter().enumerate() {
             let rank = ranks.start + i;
             if *loss != mean_loss {
-                return Err(format!("rank {rank}: mean loss {loss}, expected {mean_loss}"));
+                return Err(format!(
+                    "rank {rank}: mean loss {loss}, expected {mean_loss}"
+                ));
             }
             let want = |e: usize| grad_value(0, e) * factor;
-            if let Some(e) = grad.as_slice().iter().enumerate().position(|(e, &v)| v != want(e)) {
+            if let Some(e) = grad
+                .as_slice()
+                .iter()
+                .enumerate()
+                .position(|(e, &v)| v != want(e))
+            {
                 return Err(format!("rank {rank}: gradient element {e} is wrong"));
             }
         }

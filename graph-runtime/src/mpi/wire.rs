@@ -88,7 +88,9 @@ pub(super) fn decode(words: &[u64]) -> Option<OwnedHeader> {
             })
         })
         .collect::<Option<Vec<_>>>()?;
-    let ndims = slots.iter().try_fold(0usize, |n, s| n.checked_add(s.ndim))?;
+    let ndims = slots
+        .iter()
+        .try_fold(0usize, |n, s| n.checked_add(s.ndim))?;
     if ndims != dims.len() {
         return None;
     }
