@@ -566,8 +566,22 @@ fn collectives(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
     let back = g.teardown().unwrap();
     assert_eq!(
         back.iter().map(|w| w.rank).collect::<Vec<_>>(),
-        here.collect::<Vec<_>>()
+        here.clone().collect::<Vec<_>>()
     );
+
+    // Pipelining: four executions in flight, their stages in submission order everywhere.
+    let options = LaunchOptions::default().max_in_flight(4);
+    let actors = Actors::from(here.map(|rank| F { rank }).collect::<Vec<_>>());
+    let mut g = Fails::launch_actors(actors, mpi, options).unwrap();
+    let tickets: Vec<Ticket> = (0..4).map(|_| g.submit(Trouble::None).unwrap()).collect();
+    assert_eq!(g.in_flight(), 4);
+    let total = (0..size).map(|q| q as f32).sum::<f32>();
+    for t in tickets {
+        for out in g.wait(t).unwrap() {
+            assert_eq!(out.to_vec(), vec![total; 4]);
+        }
+    }
+    g.teardown().unwrap();
 }
 
 /// A worker that fails on request.
