@@ -364,11 +364,8 @@ impl Node {
     ) -> Result<OwnedHeader, Outcome> {
         let bad = |reason: &str| Outcome::Comm(reason.to_string());
         let first = wire::decode(&posts[0].words).ok_or_else(|| bad("a rank posted no header"))?;
-        let failed = posts.iter().any(|p| p.failure.is_some())
-            || first.status == Status::Failed
-            || posts
-                .iter()
-                .any(|p| wire::decode(&p.words).is_none_or(|h| h.status == Status::Failed));
+        // Word 3 of a header is its status (see `wire::encode`): 0 for `Ok`.
+        let failed = posts.iter().any(|p| p.words.get(3).is_none_or(|&w| w != 0));
         let alike = posts.iter().all(|p| p.words == posts[0].words);
         let digest = wire::digest(&posts[0].words);
         let mine = [
@@ -487,7 +484,7 @@ impl Node {
                 format!("a region of {elems} {d} elements is over MPI's 2 GiB per call")
             })
         };
-        if let Collective::Broadcast { root } = collective_of(header) {
+        if let Collective::Broadcast { root } = header.collective {
             let from = self.process_of(root).ok_or("the root is no rank")?;
             let rank_here = root.wrapping_sub(self.offsets[self.process]);
             for &d in &dtypes {
@@ -583,7 +580,7 @@ impl Node {
             }
         });
         drop(recvs);
-        let op = match collective_of(header) {
+        let op = match header.collective {
             Collective::AllReduce(op)
             | Collective::ReduceScatter(op)
             | Collective::Reduce { op, .. } => op,
@@ -608,10 +605,6 @@ impl Node {
         (0..self.counts.len())
             .find(|&p| (self.offsets[p]..self.offsets[p] + self.counts[p]).contains(&rank))
     }
-}
-
-fn collective_of(header: &OwnedHeader) -> Collective {
-    header.collective
 }
 
 /// `dst[i]` = rank 0's `i`-th element combined with rank 1's, then rank 2's, ... in the
