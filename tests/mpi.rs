@@ -620,6 +620,7 @@ graph! {
 }
 
 fn failures(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
+    two_groups(mpi, here.clone(), size);
     let mut g =
         Fails::launch(here.clone().map(|rank| F { rank }).collect::<Vec<_>>(), mpi).unwrap();
     let total = (0..size).map(|q| q as f32).sum::<f32>();
@@ -682,6 +683,30 @@ fn failures(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
         other => panic!("expected rank 1 poisoned, got {other:?}"),
     }
     drop(g.teardown_each());
+}
+
+graph! {
+    Pair(left: [F], right: [F], trouble: Trouble) {
+        let a = allreduce(left.make(trouble), Sum);
+        let b = allreduce(right.make(trouble), Max);
+        (a, b)
+    }
+}
+
+/// Two groups, whose leaders run their stages at the same time on communicators of their
+/// own.
+fn two_groups(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
+    let make = || here.clone().map(|rank| F { rank }).collect::<Vec<_>>();
+    let mut g = Pair::launch(make(), make(), mpi).unwrap();
+    assert_eq!(g.ranks("right"), Some(here.clone()));
+    let total = (0..size).map(|q| q as f32).sum::<f32>();
+    for _ in 0..3 {
+        for (a, b) in g.execute(Trouble::None).unwrap() {
+            assert_eq!(a.to_vec(), vec![total; 4]);
+            assert_eq!(b.to_vec(), vec![(size - 1) as f32; 4]);
+        }
+    }
+    g.teardown().unwrap();
 }
 
 graph! {
