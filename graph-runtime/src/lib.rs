@@ -19,6 +19,7 @@ pub mod mpi;
 pub mod nccl;
 mod sync;
 mod tensor;
+mod trace;
 
 pub use bucket::{Bucketable, Gather, GatherList, Hand, Layout, Parts, Reduced, Scatter};
 pub use comm::{Backend, Communicator, Cpu, ReduceOp};

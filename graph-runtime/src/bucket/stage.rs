@@ -117,6 +117,11 @@ impl FusedStage {
         self.name
     }
 
+    /// The slots of the current layout (for its trace span).
+    pub(crate) fn slots(&self) -> &[SlotDesc] {
+        &self.slots
+    }
+
     /// Names the stage's values, by slot, as written in the graph (for errors).
     pub(crate) fn name_values(&mut self, values: &'static [&'static str]) {
         self.values = values;

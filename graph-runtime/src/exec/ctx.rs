@@ -13,7 +13,7 @@ use crate::comm::{Collective, Communicator};
 use crate::exec::edge::{Edge, Links, RecvError};
 use crate::exec::{Activity, IN_CODE, IN_COLLECTIVE, ON_EDGE};
 use crate::method::Method;
-use crate::Error;
+use crate::{trace, Error};
 
 /// One operation of a group's step that waits for other actors, in the order the step runs
 /// them. `graph!` emits the list; a rank that fails runs the rest of it in "failed" mode
@@ -95,6 +95,7 @@ impl<C: Communicator> StepCtx<C> {
         actor: &mut A,
         args: A::Args<'_>,
     ) -> Result<A::Output, Error> {
+        let _span = trace::method(self.group, self.rank, std::any::type_name::<A>(), A::NAME);
         match catch_unwind(AssertUnwindSafe(|| actor.call(args))) {
             Ok(Ok(out)) => Ok(out),
             Ok(Err(source)) => Err(Error::Method {
@@ -112,6 +113,7 @@ impl<C: Communicator> StepCtx<C> {
     #[inline]
     pub fn stage<'v>(&mut self, idx: usize, values: &'static [&'static str]) -> Stage<'_, 'v, C> {
         let st = &mut self.stages[idx];
+        let span = trace::stage(self.group, self.rank, st.name(), values);
         st.begin();
         st.name_values(values);
         Stage {
@@ -120,6 +122,7 @@ impl<C: Communicator> StepCtx<C> {
             group: self.group,
             round: self.round,
             activity: &self.activity[self.local].0,
+            span,
             _values: PhantomData,
         }
     }
@@ -294,6 +297,7 @@ impl<C: Communicator> StepCtx<C> {
         input: &I,
     ) -> Result<O, Error> {
         self.round += 1;
+        let _span = trace::step(self.group, self.rank, self.round);
         let result = match &self.poisoned {
             Some(message) => Err(Error::Poisoned {
                 group: self.group,
@@ -409,6 +413,8 @@ pub struct Stage<'a, 'v, C> {
     group: &'static str,
     round: u64,
     activity: &'a AtomicU8,
+    /// The stage's span, entered from `stage` until the outputs are made.
+    span: trace::Guard,
     _values: PhantomData<&'v ()>,
 }
 
@@ -459,6 +465,7 @@ impl<'v, C: Communicator> Stage<'_, 'v, C> {
     #[inline]
     pub fn run(&mut self, collective: Collective) -> Result<(), Error> {
         self.st.last_round = self.round;
+        let _span = trace::collective(&self.span, collective, self.st.slots());
         self.activity.store(IN_COLLECTIVE, Relaxed);
         let result = self.st.run(self.comm, collective, self.group);
         self.activity.store(IN_CODE, Relaxed);

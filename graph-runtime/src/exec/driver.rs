@@ -14,6 +14,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use super::{Deadline, Deal, Group, LaunchOptions, Pipeline, Ticket};
+use crate::trace::{self, Call, GraphName};
 use crate::Error;
 
 /// The actor groups of a graph as a list (see the module docs), in declaration order: what
@@ -232,7 +233,9 @@ where
         split: fn(In) -> Gs::Inputs,
         assemble: fn(Gs::Outputs) -> Vec<Out>,
     ) -> Self {
-        Self(Driver::new(groups, options, split, assemble), PhantomData)
+        let mut driver = Driver::new(groups, options, split, assemble);
+        driver.name = GraphName::of::<G>();
+        Self(driver, PhantomData)
     }
 }
 
@@ -250,6 +253,8 @@ pub struct Driver<G: Groups, In, Out> {
     pipeline: Pipeline<Vec<Out>>,
     split: fn(In) -> G::Inputs,
     assemble: fn(G::Outputs) -> Vec<Out>,
+    /// The graph's name in its trace spans (nothing without the feature `tracing`).
+    name: GraphName,
 }
 
 impl<G: Groups, In, Out> Driver<G, In, Out> {
@@ -266,6 +271,7 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
             pipeline: Pipeline::new(options),
             split,
             assemble,
+            name: GraphName::UNNAMED,
         }
     }
 
@@ -274,6 +280,7 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     /// This thread runs the first actor's step itself when it may (see `exec::help`),
     /// rather than only handing it over and waiting.
     pub fn execute(&mut self, inputs: In) -> Result<Vec<Out>, Error> {
+        let _span = trace::driver(Call::Execute, self.name);
         self.execute_by(inputs, None)
     }
 
@@ -281,24 +288,33 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     /// [`Error::Timeout`] (and break the graph). This thread runs no actor's step: it must
     /// stay free to give up on late ranks.
     pub fn execute_timeout(&mut self, inputs: In, timeout: Duration) -> Result<Vec<Out>, Error> {
+        let _span = trace::driver(Call::Execute, self.name);
         self.execute_by(inputs, Some(Deadline::after(timeout)))
     }
 
     /// Submits one execution and returns its ticket; [`Error::InFlightFull`] if there is
     /// no room for it.
     pub fn submit(&mut self, inputs: In) -> Result<Ticket, Error> {
+        let _span = trace::driver(Call::Submit, self.name);
         self.submit_by(inputs, None)
     }
 
     /// The output (or error) of the execution of `ticket`, collecting the ones submitted
     /// before it first; [`Error::ForeignTicket`] if another graph issued it.
     pub fn wait(&mut self, ticket: Ticket) -> Result<Vec<Out>, Error> {
+        let _span = trace::driver(Call::Wait, self.name);
+        trace::execution(ticket.index());
         self.wait_by(ticket, None)
     }
 
     /// [`Driver::execute`] as a future that submits on its first poll and waits without
     /// blocking its thread: the actors wake it as they finish.
     pub async fn execute_async(&mut self, inputs: In) -> Result<Vec<Out>, Error> {
+        let span = trace::execute_async(self.name);
+        trace::instrument(self.run_async(inputs), span).await
+    }
+
+    async fn run_async(&mut self, inputs: In) -> Result<Vec<Out>, Error> {
         while self.pipeline.must_drain() {
             poll_fn(|cx| self.poll_done(cx)).await;
             self.finish_oldest(None);
@@ -372,7 +388,9 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     fn start(&mut self, inputs: In, help: bool) -> Result<Ticket, Error> {
         self.pipeline.room()?;
         self.begin(inputs, help)?;
-        Ok(self.pipeline.issue())
+        let ticket = self.pipeline.issue();
+        trace::execution(ticket.index());
+        Ok(ticket)
     }
 
     fn wait_by(&mut self, ticket: Ticket, deadline: Option<Deadline>) -> Result<Vec<Out>, Error> {

@@ -248,6 +248,7 @@ where
         let size = actors.len();
         let (attached_tx, attached) = std::sync::mpsc::sync_channel(size);
         let (makers, send) = actors.into_parts();
+        let dispatch = crate::trace::Dispatch::current();
         for (rank, (make, mut comm)) in makers.into_iter().zip(comms).enumerate() {
             let shared = Arc::clone(&group.shared);
             let (links, edges) = (links.clone(), edges.clone());
@@ -255,9 +256,11 @@ where
             // The actor's rank in its whole group, which spans processes under MPI; `rank`
             // is its place among this process's actors.
             let (global, group_size) = (comm.rank(), comm.size());
+            let dispatch = dispatch.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("actorgraph-{name}-{global}"))
                 .spawn(move || {
+                    let _dispatch = dispatch.enter();
                     crate::sync::actor_started();
                     rank::Ctx::new(name, global, group_size).enter();
                     let guard = ExitGuard {
