@@ -1,0 +1,244 @@
+//! The `tracing` spans (feature `tracing`), seen by a test subscriber: one per `execute`,
+//! per actor step, per method call, per fused stage and per collective, with their fields
+//! and nesting; and without the feature, none at all.
+//!
+//! A binary of its own: the test without the feature installs a global subscriber, which
+//! would see every other test's spans. CI runs it once with every feature (the README's
+//! test command) and once without (`cargo test --test tracing`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use actorgraph::prelude::*;
+use tracing::span::{Attributes, Id, Record};
+use tracing::Subscriber;
+use tracing_subscriber::layer::{Context, Layer};
+use tracing_subscriber::registry::LookupSpan;
+
+/// One span as the subscriber saw it.
+#[derive(Clone, Debug)]
+struct Seen {
+    name: &'static str,
+    target: String,
+    fields: BTreeMap<&'static str, String>,
+    /// Its parent, by position in the list.
+    parent: Option<usize>,
+    thread: String,
+}
+
+impl Seen {
+    fn field(&self, name: &str) -> &str {
+        self.fields.get(name).map_or_else(
+            || panic!("span `{}` has no field `{name}`: {self:?}", self.name),
+            String::as_str,
+        )
+    }
+}
+
+/// A `Layer` that keeps every span it is told of, with its fields (also the ones recorded
+/// later) and its parent.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<Seen>>>);
+
+/// A span's position in the capture, kept in the span's extensions.
+struct Index(usize);
+
+struct Fields<'a>(&'a mut BTreeMap<&'static str, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name(), value.to_string());
+    }
+}
+
+impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let span = ctx.span(id).expect("a new span is in the registry");
+        let parent = span
+            .parent()
+            .and_then(|p| p.extensions().get::<Index>().map(|i| i.0));
+        let mut fields = BTreeMap::new();
+        attrs.record(&mut Fields(&mut fields));
+        let mut seen = self.0.lock().unwrap();
+        seen.push(Seen {
+            name: attrs.metadata().name(),
+            target: attrs.metadata().target().to_string(),
+            fields,
+            parent,
+            thread: std::thread::current().name().unwrap_or("").to_string(),
+        });
+        span.extensions_mut().insert(Index(seen.len() - 1));
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        let span = ctx.span(id).expect("a recorded span is in the registry");
+        let index = span.extensions().get::<Index>().map(|i| i.0);
+        if let Some(i) = index {
+            values.record(&mut Fields(&mut self.0.lock().unwrap()[i].fields));
+        }
+    }
+}
+
+impl Capture {
+    fn spans(&self) -> Vec<Seen> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+struct Worker {
+    rank: usize,
+}
+
+#[actor]
+impl Worker {
+    fn grads(&mut self, x: &Tensor<f32>) -> Tensor<f32> {
+        Tensor::full([6], x.to_vec()[0] + self.rank as f32)
+    }
+    fn count(&mut self) -> i64 {
+        1
+    }
+}
+
+graph! {
+    /// A method call per worker and one fused stage over an `f32` tensor and an `i64`.
+    TracedStep(traced: [Worker], x: Tensor<f32>) {
+        let g = traced.grads(x);
+        let n = traced.count();
+        allreduce([g, n], Sum)
+    }
+}
+
+/// Runs `executions` executions of a 2-worker `TracedStep`, checking the results.
+fn run(executions: usize) {
+    let workers: Vec<Worker> = (0..2).map(|rank| Worker { rank }).collect();
+    let mut g = TracedStep::launch(workers, Cpu).unwrap();
+    for _ in 0..executions {
+        let out = g.execute(Tensor::full([1], 1.0)).unwrap();
+        assert_eq!(out[1].0.to_vec(), vec![3.0; 6]);
+        assert_eq!(out[1].1, 2);
+    }
+    g.teardown().unwrap();
+}
+
+#[cfg(feature = "tracing")]
+#[test]
+fn every_execute_step_method_and_stage_has_a_span_with_its_fields_and_parent() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::layer::SubscriberExt::with(
+        tracing_subscriber::registry(),
+        capture.clone(),
+    );
+    // A scoped subscriber: the actor threads use it too, as it was current at launch.
+    tracing::subscriber::with_default(subscriber, || run(2));
+    let spans = capture.spans();
+    assert!(spans.iter().all(|s| s.target == "actorgraph"), "{spans:?}");
+    let named = |name: &'static str| spans.iter().filter(move |s| s.name == name);
+
+    let executes: Vec<_> = named("execute").collect();
+    assert_eq!(executes.len(), 2, "{spans:?}");
+    for (i, e) in executes.iter().enumerate() {
+        assert_eq!(e.field("graph"), "TracedStep");
+        assert_eq!(e.field("execution"), i.to_string());
+    }
+
+    // A step per rank per execution, on the rank's thread or (rank 0's, when the driver
+    // runs it) on the driver's, inside its `execute`.
+    let steps: Vec<(usize, &Seen)> = spans
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.name == "step")
+        .collect();
+    assert_eq!(steps.len(), 4, "{spans:?}");
+    for execution in 0..2 {
+        for rank in 0..2 {
+            let (_, step) = steps
+                .iter()
+                .find(|(_, s)| {
+                    s.field("execution") == execution.to_string()
+                        && s.field("rank") == rank.to_string()
+                })
+                .unwrap_or_else(|| panic!("no step of rank {rank}, execution {execution}"));
+            assert_eq!(step.field("group"), "traced");
+            if step.thread == format!("actorgraph-traced-{rank}") {
+                assert_eq!(step.parent, None);
+            } else {
+                assert_eq!(rank, 0, "only rank 0's step runs on the driver's thread");
+                let parent = &spans[step.parent.expect("inside `execute`")];
+                assert_eq!(parent.name, "execute");
+                assert_eq!(parent.field("execution"), execution.to_string());
+            }
+        }
+    }
+    let step_of = |s: &Seen| {
+        let parent = s.parent.expect("inside a step");
+        assert_eq!(spans[parent].name, "step", "{s:?}");
+        &spans[parent]
+    };
+
+    let methods: Vec<_> = named("method").collect();
+    assert_eq!(methods.len(), 8, "{spans:?}");
+    for method in ["grads", "count"] {
+        assert_eq!(
+            methods
+                .iter()
+                .filter(|m| m.field("method") == method)
+                .count(),
+            4
+        );
+    }
+    for m in &methods {
+        let step = step_of(m);
+        assert_eq!(m.field("group"), "traced");
+        assert_eq!(m.field("rank"), step.field("rank"));
+        assert!(m.field("actor").ends_with("Worker"), "{m:?}");
+    }
+
+    let stages: Vec<(usize, &Seen)> = spans
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.name == "stage")
+        .collect();
+    assert_eq!(stages.len(), 4, "{spans:?}");
+    for (at, st) in &stages {
+        let step = step_of(st);
+        assert_eq!(st.field("rank"), step.field("rank"));
+        assert_eq!(st.field("group"), "traced");
+        assert_eq!(st.field("stage"), "allreduce([g, n], Sum)");
+        assert_eq!(st.field("values"), "g n");
+        assert_eq!(st.field("collective"), "allreduce");
+        assert_eq!(st.field("op"), "sum");
+        assert_eq!(st.field("slots"), "2");
+        // 6 f32s and one i64.
+        assert_eq!(st.field("bytes"), (6 * 4 + 8).to_string());
+        assert_eq!(st.field("dtypes"), "f32:6 i64:1");
+        // The collective itself, inside the stage.
+        let inner: Vec<_> = spans
+            .iter()
+            .filter(|s| s.name == "collective" && s.parent == Some(*at))
+            .collect();
+        assert_eq!(inner.len(), 1, "{spans:?}");
+        assert_eq!(inner[0].field("collective"), "allreduce");
+        assert_eq!(inner[0].field("bytes"), "32");
+    }
+    assert_eq!(named("collective").count(), 4);
+}
+
+#[cfg(not(feature = "tracing"))]
+#[test]
+fn without_the_feature_nothing_is_recorded() {
+    let capture = Capture::default();
+    // Global, so that the actor threads would report to it too if anything were there.
+    tracing::subscriber::set_global_default(tracing_subscriber::layer::SubscriberExt::with(
+        tracing_subscriber::registry(),
+        capture.clone(),
+    ))
+    .unwrap();
+    // The subscriber works: it records a span of this test's own.
+    tracing::info_span!("own").in_scope(|| run(3));
+    let spans = capture.spans();
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    assert_eq!(spans[0].name, "own");
+}
