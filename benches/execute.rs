@@ -57,6 +57,25 @@ fn echo_async(c: &mut Criterion) {
     group.finish();
 }
 
+/// `echo` with the feature `tracing` and a subscriber that takes every span: the
+/// `tracing-subscriber` registry, which every `Layer` (a Chrome trace, a log) sits on. Made
+/// the default of the launching thread, so the actor threads use it too.
+#[cfg(feature = "tracing")]
+fn echo_traced(c: &mut Criterion) {
+    let mut group = c.benchmark_group("echo traced");
+    group.measurement_time(Duration::from_secs(5));
+    for n in [1usize, 2, 4, 8] {
+        let x = Tensor::full([4], 1.0f32);
+        tracing::subscriber::with_default(tracing_subscriber::registry(), || {
+            let mut g = EchoGraph::launch((0..n).map(|_| Echo).collect::<Vec<_>>(), Cpu).unwrap();
+            group.bench_function(format!("{n} actors"), |b| {
+                b.iter(|| g.execute(x.clone()).unwrap())
+            });
+        });
+    }
+    group.finish();
+}
+
 /// CPU time this process uses per second of wall time while a launched 8-actor graph sits
 /// idle between executes: the waiters must have parked, not be spinning or yielding.
 fn idle_cpu() {
@@ -92,7 +111,10 @@ fn idle_cpu() {
     g.teardown().unwrap();
 }
 
+#[cfg(not(feature = "tracing"))]
 criterion_group!(benches, echo, echo_async);
+#[cfg(feature = "tracing")]
+criterion_group!(benches, echo, echo_traced, echo_async);
 
 fn main() {
     idle_cpu();
