@@ -63,6 +63,8 @@
 //! With the feature `nccl`, the `nccl` module and its reference page
 //! (`reference::nccl`) describe the GPU backend; with the feature `mpi`, the `mpi` module
 //! and `reference::mpi` describe graphs that span processes.
+//! With the feature `tracing`, the runtime opens `tracing` spans per execution, actor step,
+//! method call and fused stage (`reference::tracing`).
 #![warn(missing_docs)]
 
 /// Reference: [`reference::actors`] (which methods become graph nodes, and where actors

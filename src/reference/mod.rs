@@ -13,6 +13,7 @@
 //! | `ndarray` | ndarray arrays in buckets; zero-copy conversions with `Tensor` (feature `ndarray`) |
 //! | `candle` | candle tensors (CPU) in buckets (feature `candle`) |
 //! | `mpi` | graphs whose actors span processes and machines, over MPI (feature `mpi`) |
+//! | `tracing` | spans per execution, actor step, method call and fused stage; a Chrome trace timeline (feature `tracing`) |
 //!
 //! These modules hold documentation only.
 
@@ -49,3 +50,7 @@ pub mod candle {}
 #[cfg(feature = "mpi")]
 #[doc = include_str!("mpi.md")]
 pub mod mpi {}
+
+#[cfg(feature = "tracing")]
+#[doc = include_str!("tracing.md")]
+pub mod tracing {}
