@@ -126,14 +126,8 @@ fn run(executions: usize) {
 #[cfg(feature = "tracing")]
 #[test]
 fn every_execute_step_method_and_stage_has_a_span_with_its_fields_and_parent() {
-    let capture = Capture::default();
-    let subscriber = tracing_subscriber::layer::SubscriberExt::with(
-        tracing_subscriber::registry(),
-        capture.clone(),
-    );
     // A scoped subscriber: the actor threads use it too, as it was current at launch.
-    tracing::subscriber::with_default(subscriber, || run(2));
-    let spans = capture.spans();
+    let spans = captured(|| run(2));
     assert!(spans.iter().all(|s| s.target == "actorgraph"), "{spans:?}");
     let named = |name: &'static str| spans.iter().filter(move |s| s.name == name);
 
@@ -226,6 +220,88 @@ fn every_execute_step_method_and_stage_has_a_span_with_its_fields_and_parent() {
     assert_eq!(named("collective").count(), 4);
 }
 
+struct Coord;
+
+#[actor]
+impl Coord {
+    fn total(&mut self, counts: &Vec<i64>) -> i64 {
+        counts.iter().sum()
+    }
+}
+
+graph! {
+    /// Values over edges: every worker's count, gathered on one coordinator.
+    Gathered(gw: [Worker], coord: [Coord; 1]) {
+        let n = gw.count();
+        coord[0].total(gather(n))
+    }
+}
+
+/// The coordinator's total, from the output of every rank of `Gathered` (one holds it).
+fn total(out: Result<Vec<Option<i64>>, Error>) -> i64 {
+    let totals: Vec<i64> = out.unwrap().into_iter().flatten().collect();
+    assert_eq!(totals.len(), 1);
+    totals[0]
+}
+
+/// A capture subscriber made the default of this thread while `f` runs; its spans.
+#[cfg(feature = "tracing")]
+fn captured(f: impl FnOnce()) -> Vec<Seen> {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::layer::SubscriberExt::with(
+        tracing_subscriber::registry(),
+        capture.clone(),
+    );
+    tracing::subscriber::with_default(subscriber, f);
+    capture.spans()
+}
+
+#[cfg(feature = "tracing")]
+#[test]
+fn submit_wait_async_and_edges_have_spans() {
+    let spans = captured(|| {
+        let workers: Vec<Worker> = (0..3).map(|rank| Worker { rank }).collect();
+        let mut g = Gathered::launch(workers, [Coord], Cpu).unwrap();
+        g.execute().unwrap();
+        let ticket = g.submit().unwrap();
+        assert_eq!(total(g.wait(ticket)), 3);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        assert_eq!(total(rt.block_on(g.execute_async())), 3);
+        g.teardown().unwrap();
+    });
+    let driver: Vec<(&str, &str)> = spans
+        .iter()
+        .filter(|s| matches!(s.name, "submit" | "wait" | "execute"))
+        .map(|s| {
+            assert_eq!(s.field("graph"), "Gathered");
+            (s.name, s.field("execution"))
+        })
+        .collect();
+    assert_eq!(
+        driver,
+        [
+            ("execute", "0"),
+            ("submit", "1"),
+            ("wait", "1"),
+            ("execute", "2")
+        ]
+    );
+    // Each worker sends its count over the gather edge; the coordinator receives them.
+    let sends: Vec<_> = spans.iter().filter(|s| s.name == "send").collect();
+    let recvs: Vec<_> = spans.iter().filter(|s| s.name == "recv").collect();
+    assert_eq!((sends.len(), recvs.len()), (3 * 3, 3), "{spans:?}");
+    for s in sends.iter().chain(&recvs) {
+        assert_eq!(s.field("value"), "n");
+        let step = &spans[s.parent.expect("inside a step")];
+        assert_eq!(step.name, "step");
+        let group = if s.name == "send" { "gw" } else { "coord" };
+        assert_eq!(step.field("group"), group);
+    }
+    assert!(recvs.iter().all(|r| r.field("from_group") == "gw"));
+}
+
 #[cfg(not(feature = "tracing"))]
 #[test]
 fn without_the_feature_nothing_is_recorded() {
@@ -237,7 +313,13 @@ fn without_the_feature_nothing_is_recorded() {
     ))
     .unwrap();
     // The subscriber works: it records a span of this test's own.
-    tracing::info_span!("own").in_scope(|| run(3));
+    tracing::info_span!("own").in_scope(|| {
+        run(3);
+        let workers: Vec<Worker> = (0..3).map(|rank| Worker { rank }).collect();
+        let mut g = Gathered::launch(workers, [Coord], Cpu).unwrap();
+        let ticket = g.submit().unwrap();
+        assert_eq!(total(g.wait(ticket)), 3);
+    });
     let spans = capture.spans();
     assert_eq!(spans.len(), 1, "{spans:?}");
     assert_eq!(spans[0].name, "own");

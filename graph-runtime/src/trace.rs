@@ -1,5 +1,6 @@
 //! Spans of the `tracing` crate (feature `tracing`): one per `execute` (and `submit`,
-//! `wait`), per actor step, per method call, per fused stage and per collective inside it.
+//! `wait`), per actor step, per method call, per fused stage and per collective inside it,
+//! per value sent or received over an edge.
 //!
 //! Everything that opens a span goes through this module, so that the rest of the runtime
 //! holds only its guard types and calls only its functions. Without the feature they are
@@ -22,7 +23,9 @@ mod on {
 
     use tracing::field::{display, Empty};
     use tracing::span::EnteredSpan;
-    use tracing::{debug_span, info_span, Span};
+    use tracing::{debug_span, info_span};
+
+    pub(crate) use tracing::Span;
 
     use crate::comm::Collective;
     use crate::DType;
@@ -101,6 +104,13 @@ mod on {
         }
     }
 
+    impl Guard {
+        /// The span entered.
+        pub(crate) fn span(&self) -> &Span {
+            &self._entered
+        }
+    }
+
     /// An `execute` span for `execute_async`, whose future moves between polls: entered
     /// only while it is polled (see [`instrument`]).
     pub(crate) fn execute_async(graph: GraphName) -> Span {
@@ -115,9 +125,9 @@ mod on {
         tracing::Instrument::instrument(fut, span)
     }
 
-    /// Records the execution (the ticket's index, from 0) of the current driver span.
-    pub(crate) fn execution(index: u64) {
-        Span::current().record("execution", index);
+    /// Records the execution (the ticket's index, from 0) of a driver call's span.
+    pub(crate) fn execution(span: &Span, index: u64) {
+        span.record("execution", index);
     }
 
     /// The span of one actor's step of execution `round` (counted from 1 by the actor).
@@ -205,6 +215,22 @@ mod on {
         }
     }
 
+    /// The span of sending a value over an edge to another actor: waiting, when the
+    /// consumer has not taken the previous one, and handing it over.
+    pub(crate) fn send(value: &'static str) -> Guard {
+        Guard {
+            _entered: debug_span!(target: "actorgraph", "send", value).entered(),
+        }
+    }
+
+    /// The span of receiving a value over an edge from another actor: mostly waiting for
+    /// the producer.
+    pub(crate) fn recv(value: &'static str, from_group: &'static str) -> Guard {
+        Guard {
+            _entered: debug_span!(target: "actorgraph", "recv", value, from_group).entered(),
+        }
+    }
+
     struct OpName(crate::ReduceOp);
 
     impl fmt::Display for OpName {
@@ -265,6 +291,17 @@ mod off {
     #[must_use]
     pub(crate) struct Guard;
 
+    impl Guard {
+        #[inline(always)]
+        pub(crate) fn span(&self) -> &Span {
+            &Span
+        }
+    }
+
+    /// Nothing: the feature is off.
+    #[derive(Clone)]
+    pub(crate) struct Span;
+
     /// Nothing: the feature is off.
     #[derive(Clone, Copy)]
     pub(crate) struct GraphName;
@@ -308,17 +345,17 @@ mod off {
     }
 
     #[inline(always)]
-    pub(crate) fn execute_async(_: GraphName) -> Guard {
-        Guard
+    pub(crate) fn execute_async(_: GraphName) -> Span {
+        Span
     }
 
     #[inline(always)]
-    pub(crate) fn instrument<F: std::future::Future>(fut: F, _: Guard) -> F {
+    pub(crate) fn instrument<F: std::future::Future>(fut: F, _: Span) -> F {
         fut
     }
 
     #[inline(always)]
-    pub(crate) fn execution(_: u64) {}
+    pub(crate) fn execution(_: &Span, _: u64) {}
 
     #[inline(always)]
     pub(crate) fn step(_: &'static str, _: usize, _: u64) -> Guard {
@@ -337,6 +374,16 @@ mod off {
         _: &'static str,
         _: &'static [&'static str],
     ) -> Guard {
+        Guard
+    }
+
+    #[inline(always)]
+    pub(crate) fn send(_: &'static str) -> Guard {
+        Guard
+    }
+
+    #[inline(always)]
+    pub(crate) fn recv(_: &'static str, _: &'static str) -> Guard {
         Guard
     }
 

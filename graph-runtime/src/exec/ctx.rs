@@ -144,6 +144,7 @@ impl<C: Communicator> StepCtx<C> {
         value: T,
     ) -> Result<(), Error> {
         self.mark(at);
+        let _span = trace::send(edge.value());
         self.activity().store(ON_EDGE, Relaxed);
         let sent = edge.send(self.rank, self.round, value);
         self.activity().store(IN_CODE, Relaxed);
@@ -162,6 +163,7 @@ impl<C: Communicator> StepCtx<C> {
         clone: fn(&T) -> T,
     ) -> Result<(), Error> {
         self.mark(at);
+        let _span = trace::send(edge.value());
         self.activity().store(ON_EDGE, Relaxed);
         let sent = edge.send_each(self.rank, self.round, value, clone);
         self.activity().store(IN_CODE, Relaxed);
@@ -174,6 +176,7 @@ impl<C: Communicator> StepCtx<C> {
     #[inline]
     pub fn recv<T: Send + 'static>(&mut self, at: usize, edge: &Edge<T>) -> Result<T, Error> {
         self.mark(at);
+        let _span = trace::recv(edge.value(), edge.from_group());
         self.activity().store(ON_EDGE, Relaxed);
         let got = edge.recv(self.rank, self.round);
         self.activity().store(IN_CODE, Relaxed);
@@ -213,6 +216,7 @@ impl<C: Communicator> StepCtx<C> {
         edge: &Edge<T>,
         values: Vec<T>,
     ) -> Result<Option<T>, Error> {
+        let _span = trace::send(edge.value());
         self.activity().store(ON_EDGE, Relaxed);
         let sent = edge.send_scatter(self.rank, self.round, values);
         self.activity().store(IN_CODE, Relaxed);
@@ -247,6 +251,7 @@ impl<C: Communicator> StepCtx<C> {
         own: Option<T>,
     ) -> Result<Vec<T>, Error> {
         self.mark(at);
+        let _span = trace::recv(edge.value(), edge.from_group());
         self.activity().store(ON_EDGE, Relaxed);
         let got = edge.recv_gather(self.rank, self.round, own);
         self.activity().store(IN_CODE, Relaxed);

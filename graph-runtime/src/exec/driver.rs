@@ -8,7 +8,7 @@
 //! A graph's groups are a list, `(Group<A1, I1, O1>, (Group<A2, I2, O2>, ()))`, so that one
 //! implementation of [`Groups`] serves any number of groups.
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::marker::PhantomData;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -280,46 +280,53 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     /// This thread runs the first actor's step itself when it may (see `exec::help`),
     /// rather than only handing it over and waiting.
     pub fn execute(&mut self, inputs: In) -> Result<Vec<Out>, Error> {
-        let _span = trace::driver(Call::Execute, self.name);
-        self.execute_by(inputs, None)
+        let span = trace::driver(Call::Execute, self.name);
+        self.execute_by(inputs, None, span.span())
     }
 
     /// [`Driver::execute`]; ranks still running when `timeout` passes make it
     /// [`Error::Timeout`] (and break the graph). This thread runs no actor's step: it must
     /// stay free to give up on late ranks.
     pub fn execute_timeout(&mut self, inputs: In, timeout: Duration) -> Result<Vec<Out>, Error> {
-        let _span = trace::driver(Call::Execute, self.name);
-        self.execute_by(inputs, Some(Deadline::after(timeout)))
+        let span = trace::driver(Call::Execute, self.name);
+        self.execute_by(inputs, Some(Deadline::after(timeout)), span.span())
     }
 
     /// Submits one execution and returns its ticket; [`Error::InFlightFull`] if there is
     /// no room for it.
     pub fn submit(&mut self, inputs: In) -> Result<Ticket, Error> {
-        let _span = trace::driver(Call::Submit, self.name);
-        self.submit_by(inputs, None)
+        let span = trace::driver(Call::Submit, self.name);
+        self.submit_by(inputs, None, span.span())
     }
 
     /// The output (or error) of the execution of `ticket`, collecting the ones submitted
     /// before it first; [`Error::ForeignTicket`] if another graph issued it.
     pub fn wait(&mut self, ticket: Ticket) -> Result<Vec<Out>, Error> {
-        let _span = trace::driver(Call::Wait, self.name);
-        trace::execution(ticket.index());
+        let span = trace::driver(Call::Wait, self.name);
+        trace::execution(span.span(), ticket.index());
         self.wait_by(ticket, None)
     }
 
     /// [`Driver::execute`] as a future that submits on its first poll and waits without
     /// blocking its thread: the actors wake it as they finish.
-    pub async fn execute_async(&mut self, inputs: In) -> Result<Vec<Out>, Error> {
+    ///
+    /// (Not an `async fn`: without the feature `tracing`, the future is `run_async`'s
+    /// itself, with no layer around it.)
+    pub fn execute_async(
+        &mut self,
+        inputs: In,
+    ) -> impl Future<Output = Result<Vec<Out>, Error>> + '_ {
         let span = trace::execute_async(self.name);
-        trace::instrument(self.run_async(inputs), span).await
+        trace::instrument(self.run_async(inputs, span.clone()), span)
     }
 
-    async fn run_async(&mut self, inputs: In) -> Result<Vec<Out>, Error> {
+    async fn run_async(&mut self, inputs: In, span: trace::Span) -> Result<Vec<Out>, Error> {
         while self.pipeline.must_drain() {
             poll_fn(|cx| self.poll_done(cx)).await;
             self.finish_oldest(None);
         }
         let ticket = self.start(inputs, false)?;
+        trace::execution(&span, ticket.index());
         self.wait_async(ticket).await
     }
 
@@ -367,19 +374,34 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
         self.groups.teardown_each()
     }
 
-    fn execute_by(&mut self, inputs: In, deadline: Option<Deadline>) -> Result<Vec<Out>, Error> {
+    /// `span`: the caller's, which gets the execution's index.
+    fn execute_by(
+        &mut self,
+        inputs: In,
+        deadline: Option<Deadline>,
+        span: &trace::Span,
+    ) -> Result<Vec<Out>, Error> {
         while self.pipeline.must_drain() {
             self.finish_oldest(deadline);
         }
         let ticket = self.start(inputs, deadline.is_none())?;
+        trace::execution(span, ticket.index());
         self.wait_by(ticket, deadline)
     }
 
-    fn submit_by(&mut self, inputs: In, deadline: Option<Deadline>) -> Result<Ticket, Error> {
+    /// `span`: the caller's, which gets the execution's index.
+    fn submit_by(
+        &mut self,
+        inputs: In,
+        deadline: Option<Deadline>,
+        span: &trace::Span,
+    ) -> Result<Ticket, Error> {
         while self.pipeline.must_drain() {
             self.finish_oldest(deadline);
         }
-        self.start(inputs, false)
+        let ticket = self.start(inputs, false)?;
+        trace::execution(span, ticket.index());
+        Ok(ticket)
     }
 
     /// Starts one execution, once the pipeline has been drained as it requires: its
@@ -388,9 +410,7 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     fn start(&mut self, inputs: In, help: bool) -> Result<Ticket, Error> {
         self.pipeline.room()?;
         self.begin(inputs, help)?;
-        let ticket = self.pipeline.issue();
-        trace::execution(ticket.index());
-        Ok(ticket)
+        Ok(self.pipeline.issue())
     }
 
     fn wait_by(&mut self, ticket: Ticket, deadline: Option<Deadline>) -> Result<Vec<Out>, Error> {
