@@ -11,11 +11,12 @@
 //! `scripts/timeline-svg.py` draws the same file as an SVG, one row per actor
 //! (`docs/timeline.svg`).
 //!
-//! The last worker holds twice the rows of the others: the trace shows the others waiting
-//! for it in the collective, as a straggler shows in `ray timeline`.
+//! Each worker holds `--rows` rows (default 2048) but the last, which holds twice that: the
+//! trace shows the others waiting for it in the collective, as a straggler shows in
+//! `ray timeline`.
 //!
 //! ```text
-//! cargo run --release --features tracing --example timeline -- [--out FILE] [--steps S]
+//! cargo run --release --features tracing --example timeline -- [--out FILE] [--steps S] [--rows R]
 //! python3 scripts/timeline-svg.py FILE docs/timeline.svg
 //! ```
 //!
@@ -35,7 +36,6 @@ use tracing_subscriber::registry::LookupSpan;
 const WORKERS: usize = 4;
 const FEATURES: usize = 64;
 const OUTPUTS: usize = 8;
-const ROWS: usize = 2048;
 
 /// One replica: its shard (row-major), its parameters and its last residuals.
 struct Worker {
@@ -109,7 +109,8 @@ fn uniform(state: &mut u64) -> f32 {
     ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 23) as f32 - 1.0
 }
 
-fn make_workers() -> Vec<Worker> {
+/// The workers, each with `rows` rows but the last, with twice that.
+fn make_workers(rows: usize) -> Vec<Worker> {
     let mut seed = 0x5eed;
     let w_true: Vec<f32> = (0..FEATURES * OUTPUTS)
         .map(|_| uniform(&mut seed))
@@ -117,7 +118,7 @@ fn make_workers() -> Vec<Worker> {
     (0..WORKERS)
         .map(|rank| {
             // The last worker is a straggler: twice the rows.
-            let rows = if rank + 1 == WORKERS { 2 * ROWS } else { ROWS };
+            let rows = if rank + 1 == WORKERS { 2 * rows } else { rows };
             let x: Vec<f32> = (0..rows * FEATURES).map(|_| uniform(&mut seed)).collect();
             let y = x
                 .chunks(FEATURES)
@@ -179,7 +180,7 @@ fn label<S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync>(
 
 /// Trains for `steps` steps with the Chrome trace going to `out`; whether the replicas
 /// agree and the loss fell.
-fn train(out: &PathBuf, steps: usize) -> Result<bool, Box<dyn std::error::Error>> {
+fn train(out: &PathBuf, steps: usize, rows: usize) -> Result<bool, Box<dyn std::error::Error>> {
     let (chrome, flush) = ChromeLayerBuilder::new()
         .file(out)
         .include_args(true)
@@ -189,7 +190,7 @@ fn train(out: &PathBuf, steps: usize) -> Result<bool, Box<dyn std::error::Error>
         tracing_subscriber::registry().with(Labels).with(chrome),
     )?;
 
-    let mut g = Step::launch(make_workers(), Cpu)?;
+    let mut g = Step::launch(make_workers(rows), Cpu)?;
     let mut losses = Vec::new();
     for step in 0..steps {
         let out: Vec<f32> = g.execute(0.1)?;
@@ -257,7 +258,7 @@ fn check_trace(file: &PathBuf, steps: usize) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let (mut out, mut steps) = (PathBuf::from("target/timeline.json"), 5);
+    let (mut out, mut steps, mut rows) = (PathBuf::from("target/timeline.json"), 5, 2048);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         match (flag.as_str(), args.next()) {
@@ -265,13 +266,16 @@ fn main() -> ExitCode {
             ("--steps", Some(v)) if v.parse::<usize>().is_ok_and(|n| (1..=1000).contains(&n)) => {
                 steps = v.parse().expect("checked")
             }
+            ("--rows", Some(v)) if v.parse::<usize>().is_ok_and(|n| (1..=1 << 20).contains(&n)) => {
+                rows = v.parse().expect("checked")
+            }
             _ => {
-                eprintln!("usage: timeline [--out FILE] [--steps 1..=1000]");
+                eprintln!("usage: timeline [--out FILE] [--steps 1..=1000] [--rows 1..=1048576]");
                 return ExitCode::from(2);
             }
         }
     }
-    match train(&out, steps) {
+    match train(&out, steps, rows) {
         Ok(true) => {}
         Ok(false) => return ExitCode::FAILURE,
         Err(e) => {
