@@ -82,6 +82,7 @@ impl Worker {
     }
 
     /// An SGD step with the averaged gradients; passes the averaged loss on.
+    #[allow(clippy::ptr_arg)] // graph methods take each value's own type by reference
     fn apply(&mut self, grads: &Vec<Tensor<f32>>, loss: &Tensor<f32>, lr: f32) -> f32 {
         let params = self.w.iter_mut().chain(self.b.iter_mut());
         let grads = grads[0].as_slice().iter().chain(grads[1].as_slice());

@@ -224,6 +224,7 @@ struct Coord;
 
 #[actor]
 impl Coord {
+    #[allow(clippy::ptr_arg)] // graph methods take each value's own type by reference
     fn total(&mut self, counts: &Vec<i64>) -> i64 {
         counts.iter().sum()
     }
@@ -313,7 +314,7 @@ fn without_the_feature_nothing_is_recorded() {
     ))
     .unwrap();
     // The subscriber works: it records a span of this test's own.
-    tracing::info_span!("own").in_scope(|| {
+    tracing::info_span!("own", feature = "off").in_scope(|| {
         run(3);
         let workers: Vec<Worker> = (0..3).map(|rank| Worker { rank }).collect();
         let mut g = Gathered::launch(workers, [Coord], Cpu).unwrap();
@@ -322,5 +323,11 @@ fn without_the_feature_nothing_is_recorded() {
     });
     let spans = capture.spans();
     assert_eq!(spans.len(), 1, "{spans:?}");
-    assert_eq!(spans[0].name, "own");
+    let own = &spans[0];
+    assert_eq!(
+        (own.name, own.target.as_str(), own.parent),
+        ("own", "tracing", None)
+    );
+    assert_eq!(own.field("feature"), "off");
+    assert_eq!(Some(own.thread.as_str()), std::thread::current().name());
 }

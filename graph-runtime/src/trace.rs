@@ -306,8 +306,9 @@ mod off {
     #[derive(Clone, Copy)]
     pub(crate) struct GraphName;
 
-    /// Nothing: the feature is off.
-    #[derive(Clone, Copy)]
+    /// Nothing: the feature is off. (`Clone` only, as with the feature: the launch clones
+    /// it for each actor thread.)
+    #[derive(Clone)]
     pub(crate) struct Dispatch;
 
     impl Dispatch {
@@ -326,6 +327,7 @@ mod off {
 
     impl GraphName {
         #[inline(always)]
+        #[allow(clippy::extra_unused_type_parameters)] // the graph's type names it with the feature
         pub(crate) fn of<G: ?Sized>() -> Self {
             Self
         }
