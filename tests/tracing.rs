@@ -3,7 +3,7 @@
 //! and nesting; and without the feature, none at all.
 //!
 //! A binary of its own: the test without the feature installs a global subscriber, which
-//! would see every other test's spans. CI runs it once with every feature (the README's
+//! would see every other test's spans. CI runs it once with the feature (the README's
 //! test command) and once without (`cargo test --test tracing`).
 
 use std::collections::BTreeMap;
