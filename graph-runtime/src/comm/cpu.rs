@@ -10,6 +10,7 @@
 //!
 //! | collective | after the header epoch | barriers |
 //! | --- | --- | --- |
+//! | allreduce of at most 4 KiB per rank (`EAGER_BYTES`) | nothing: every rank copied its header and values into its post before the barrier (see `Eager`), and now checks every copy and reduces all of them, in rank order, into its own region | 1 |
 //! | allreduce | rank r reduces its 1/N chunk of every region, in rank order, block by block, and writes each block into every rank's region | 2 |
 //! | allreduce of 1 MiB or more | the same, but each block goes into rank 0's region only, which rank 0 then hands to every rank (`exchange_results`) | 3 |
 //! | reduce | the same, but writes each block into the root's region only | 2 |
@@ -20,7 +21,9 @@
 //! Inputs are read where they are (`Header::data`): in the values themselves when they
 //! lend their elements, else at their place in the packed region. Each element is reduced
 //! exactly once, by one rank, in rank order, and everything else is a copy (or, for a
-//! shared result, the same memory), so every rank holds bitwise-identical results.
+//! shared result, the same memory), so every rank holds bitwise-identical results; in an
+//! eager allreduce every rank reduces every element, with the same kernels over the same
+//! copies in the same rank order, which gives the same bits.
 //!
 //! # What makes it sound whatever the callers do
 //!
