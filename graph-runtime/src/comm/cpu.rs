@@ -946,12 +946,10 @@ impl CpuComm {
         op: ReduceOp,
         bufs: &[Buf; DType::COUNT],
     ) -> Result<(), StageError> {
-        // SAFETY (for each `eager_copy` and `eager_header` below): every rank posted this
-        // call for this round with its copy, and we have not reached the next barrier.
-        agree(self.size, collective, |q| unsafe {
-            self.post(q).eager_header()
-        })
-        .map_err(StageError::Disagreed)?;
+        // SAFETY: every rank posted this call for this round with its copy, and we have
+        // not reached the next barrier (the same holds for each `eager_copy` below).
+        let header_of = |q: usize| unsafe { self.post(q).eager_header() };
+        agree(self.size, collective, header_of).map_err(StageError::Disagreed)?;
         let want = wanted(header.slots).map_err(StageError::Disagreed)?;
         for q in 0..self.size {
             // SAFETY: as above.
