@@ -10,6 +10,7 @@
 //!
 //! | collective | after the header epoch | barriers |
 //! | --- | --- | --- |
+//! | allreduce of at most 4 KiB per rank (`EAGER_BYTES`) | nothing: every rank copied its header and values into its post before the barrier (see `Eager`), and now checks every copy and reduces all of them, in rank order, into its own region | 1 |
 //! | allreduce | rank r reduces its 1/N chunk of every region, in rank order, block by block, and writes each block into every rank's region | 2 |
 //! | allreduce of 1 MiB or more | the same, but each block goes into rank 0's region only, which rank 0 then hands to every rank (`exchange_results`) | 3 |
 //! | reduce | the same, but writes each block into the root's region only | 2 |
@@ -20,7 +21,9 @@
 //! Inputs are read where they are (`Header::data`): in the values themselves when they
 //! lend their elements, else at their place in the packed region. Each element is reduced
 //! exactly once, by one rank, in rank order, and everything else is a copy (or, for a
-//! shared result, the same memory), so every rank holds bitwise-identical results.
+//! shared result, the same memory), so every rank holds bitwise-identical results; in an
+//! eager allreduce every rank reduces every element, with the same kernels over the same
+//! copies in the same rank order, which gives the same bits.
 //!
 //! # What makes it sound whatever the callers do
 //!
@@ -57,7 +60,7 @@ use super::{
     SharedBuffers, SlotData, SlotDesc, StageError, Status,
 };
 use crate::element::with_dtype;
-use crate::sync::prims::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+use crate::sync::prims::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, UnsafeCell};
 use crate::sync::Barrier;
 use crate::{DType, Element, Error, ReduceOp};
 
@@ -162,6 +165,152 @@ struct Post {
     /// region's length (its address is never needed by a peer: each rank writes only its
     /// own output).
     bufs: [PostedBuf; DType::COUNT],
+    /// Whether `copy` holds this round's header and values (a small allreduce, see
+    /// [`Eager`]).
+    eager: AtomicBool,
+    copy: UnsafeCell<Eager>,
+}
+
+// SAFETY: every field but `copy` is an atomic. `copy` is written by its owner only before
+// it posts a round (`open_round`'s `publish`) and read by peers only after that round's
+// barrier and before they arrive at the next one; the owner writes the same post again
+// two rounds later, after the next barrier, which no peer passes before it is done
+// reading: the barrier orders every write before every read of it, and every read before
+// the next write (see `Post::eager_copy`).
+unsafe impl Sync for Post {}
+
+/// A rank's own copy of a small allreduce's header and input values, in its post: with
+/// them in memory the communicator owns, a peer never reads the caller's memory, so no
+/// rank has to wait for its peers to finish reading before it returns, and the stage takes
+/// one barrier instead of two. After it, every rank checks every copied header and reduces
+/// every rank's copy, in rank order, into its own region: the same kernels over the same
+/// inputs in the same order, so every rank holds bitwise-identical results.
+#[derive(Default)]
+struct Eager {
+    slots: Vec<SlotDesc>,
+    dims: Vec<usize>,
+    /// Whether the data matched the slots (what `check_buffers` checks of every rank).
+    fits: bool,
+    /// Each dtype's values back to back in bucket order, the dtypes in [`DType::ALL`]
+    /// order, each starting at a multiple of 8 bytes (see [`eager_sections`]).
+    payload: Vec<u64>,
+}
+
+/// An allreduce of at most this many bytes per rank runs eagerly (see [`Eager`]): each
+/// rank copies its values in, and reads every peer's copy. Above it, reading N whole
+/// copies costs more than the second barrier it saves. (Under Miri, 32 B, and under loom
+/// 4 B, so that tests and models reach both paths with few elements.)
+const EAGER_BYTES: usize = if cfg!(loom) {
+    4
+} else if cfg!(miri) {
+    32
+} else {
+    4 << 10
+};
+
+// The payload's 8-byte alignment suits every element type.
+const _: () = {
+    let mut d = 0;
+    while d < DType::COUNT {
+        assert!(DType::ALL[d].size() <= 8 && 8 % DType::ALL[d].size() == 0);
+        d += 1;
+    }
+};
+
+/// Where each dtype's section starts in an [`Eager`] payload, in `u64`s, for `want[d]`
+/// elements of dtype `d`, and the payload's length.
+fn eager_sections(want: &[usize; DType::COUNT]) -> ([usize; DType::COUNT], usize) {
+    let mut at = [0; DType::COUNT];
+    let mut end = 0;
+    for d in DType::ALL {
+        at[d.index()] = end;
+        end += (want[d.index()] * d.size()).div_ceil(8);
+    }
+    (at, end)
+}
+
+impl Eager {
+    /// Copies this rank's header and values in. Nothing is read out of bounds whatever
+    /// the caller passed: values are copied only when their data matches the slots and
+    /// every region holds exactly its slots (which the buffer check requires anyway).
+    ///
+    /// # Safety
+    /// `header`'s lent data is live; `bufs` are the regions this rank passed to `stage`,
+    /// which nobody else touches now.
+    unsafe fn fill(&mut self, header: &Header<'_>, bufs: &[Buf; DType::COUNT]) {
+        self.slots.clear();
+        self.slots.extend_from_slice(header.slots);
+        self.dims.clear();
+        self.dims.extend_from_slice(header.dims);
+        self.fits = data_fits(header.slots, header.data);
+        let want = wanted(header.slots);
+        // Copied only when the data matches the slots and every region holds its slots'
+        // total: else the buffer check fails on every rank and nobody reads them.
+        let copied = self.fits
+            && want.as_ref().is_ok_and(|want| {
+                DType::ALL
+                    .iter()
+                    .all(|d| bufs[d.index()].len == want[d.index()])
+            });
+        let Ok(want) = want else {
+            return;
+        };
+        if !copied {
+            return;
+        }
+        let (at, end) = eager_sections(&want);
+        self.payload.resize(end, 0);
+        let base = self.payload.as_mut_ptr().cast::<u8>();
+        for (k, (slot, offset)) in slot_offsets(header.slots).enumerate() {
+            if slot.len == 0 {
+                continue;
+            }
+            let size = slot.dtype.size();
+            let src = match header.data[k].lent_ptr() {
+                Some(ptr) => ptr,
+                None => bufs[slot.dtype.index()]
+                    .ptr
+                    .cast_const()
+                    .wrapping_add(offset * size),
+            };
+            // SAFETY: `src` is the value's live elements (lent, or at its place in our
+            // region, which holds exactly its slots' total); the destination is its place
+            // in the payload, sized by `eager_sections` for the same slots; our own
+            // payload and caller's memory never overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src,
+                    base.add(at[slot.dtype.index()] * 8 + offset * size),
+                    slot.len * size,
+                )
+            };
+        }
+    }
+}
+
+/// Each dtype's element count over `slots`.
+fn wanted(slots: &[SlotDesc]) -> Result<[usize; DType::COUNT], Disagreement> {
+    let mut want = [0usize; DType::COUNT];
+    for s in slots {
+        let sum = &mut want[s.dtype.index()];
+        *sum = sum
+            .checked_add(s.len)
+            .ok_or_else(|| Disagreement::Buffers {
+                reason: format!(
+                    "the {} slots add up to more than usize::MAX elements",
+                    s.dtype
+                ),
+            })?;
+    }
+    Ok(want)
+}
+
+/// Whether a rank's value data matches its slots, one entry per slot.
+fn data_fits(slots: &[SlotDesc], data: &[SlotData<'_>]) -> bool {
+    data.len() == slots.len()
+        && data.iter().zip(slots).all(|(data, slot)| {
+            slot.len == 0 || (data.dtype() == slot.dtype && data.len() == slot.len)
+        })
 }
 
 struct PostedBuf {
@@ -211,6 +360,38 @@ impl Post {
                 len: AtomicUsize::new(0),
                 out_len: AtomicUsize::new(0),
             }),
+            eager: AtomicBool::new(false),
+            copy: UnsafeCell::new(Eager::default()),
+        }
+    }
+
+    /// The eager copy its owner made for the current round.
+    ///
+    /// # Safety
+    /// Every rank posted the same round with `eager` set (checked after `open_round`), and
+    /// the caller has not yet arrived at the round's next barrier: the owner wrote the copy
+    /// before the round's barrier and writes it again only after the next one.
+    unsafe fn eager_copy(&self) -> &Eager {
+        // SAFETY: forwarded to the caller; nobody writes the copy while it is borrowed.
+        self.copy.with(|e| unsafe { &*e })
+    }
+
+    /// [`Post::header`] from the eager copy: the caller's own header slices are not read.
+    ///
+    /// # Safety
+    /// As for [`Post::eager_copy`].
+    unsafe fn eager_header(&self) -> Header<'_> {
+        // SAFETY: forwarded to the caller.
+        let copy = unsafe { self.eager_copy() };
+        Header {
+            status: if self.failed.load(Relaxed) {
+                Status::Failed
+            } else {
+                Status::Ok
+            },
+            slots: &copy.slots,
+            dims: &copy.dims,
+            data: &[],
         }
     }
 
@@ -446,9 +627,35 @@ impl Communicator for CpuComm {
             b.out = out.as_mut_ptr();
         }
         let failed = header.status == Status::Failed;
+        // Small allreduces take one barrier (see `Eager`); a failed rank joins them with
+        // an empty copy. Whether the stage runs eagerly is decided after the barrier, from
+        // every post alike: only if every rank copied.
+        let eager = match collective {
+            Collective::AllReduce(op) if self.size > 1 => {
+                let bytes = header.slots.iter().fold(0usize, |sum, s| {
+                    sum.saturating_add(s.len.saturating_mul(s.dtype.size()))
+                });
+                (failed || bytes <= EAGER_BYTES).then_some(op)
+            }
+            _ => None,
+        };
         self.open_round(Call::Stage(collective), failed, |post| {
-            post.publish(header, &bufs)
+            post.publish(header, &bufs);
+            post.eager.store(eager.is_some(), Relaxed);
+            if eager.is_some() {
+                // SAFETY: the caller's header and regions are live and ours for the call.
+                // Aliasing: no peer reads this post's copy now (it was last read for the
+                // round two before, before every peer arrived at the barrier we passed to
+                // get here), and we post it only after this write.
+                post.copy
+                    .with_mut(|copy| unsafe { (*copy).fill(header, &bufs) });
+            }
         })?;
+        if let Some(op) = eager {
+            if (0..self.size).all(|q| self.post(q).eager.load(Relaxed)) {
+                return self.eager_stage(header, collective, op, &bufs);
+            }
+        }
         // From here until the last barrier, peers may read our header and regions.
         let armed = NoUnwind;
 
@@ -609,6 +816,13 @@ impl Push {
     }
 }
 
+/// What `check_buffers` says of a rank whose value data does not match its slots.
+fn data_mismatch(q: usize) -> Disagreement {
+    Disagreement::Buffers {
+        reason: format!("rank {q} passed value data that does not match its slots"),
+    }
+}
+
 /// Each slot with its offset in its dtype's region (the values of a dtype lie back to back
 /// in bucket order).
 fn slot_offsets(slots: &[SlotDesc]) -> impl Iterator<Item = (SlotDesc, usize)> + '_ {
@@ -655,37 +869,59 @@ impl CpuComm {
         header: &Header<'_>,
         collective: Collective,
     ) -> Result<(), Disagreement> {
-        let mut want = [0usize; DType::COUNT];
-        for s in header.slots {
-            let sum = &mut want[s.dtype.index()];
-            *sum = sum
-                .checked_add(s.len)
-                .ok_or_else(|| Disagreement::Buffers {
-                    reason: format!(
-                        "the {} slots add up to more than usize::MAX elements",
-                        s.dtype
-                    ),
-                })?;
-        }
+        let want = wanted(header.slots)?;
         for q in 0..self.size {
             // SAFETY: forwarded to the caller.
             let theirs = unsafe { self.post(q).header() };
-            let fits = theirs.data.len() == header.slots.len()
-                && theirs.data.iter().zip(header.slots).all(|(data, slot)| {
-                    slot.len == 0 || (data.dtype() == slot.dtype && data.len() == slot.len)
-                });
-            if !fits {
-                return Err(Disagreement::Buffers {
-                    reason: format!("rank {q} passed value data that does not match its slots"),
-                });
+            if !data_fits(header.slots, theirs.data) {
+                return Err(data_mismatch(q));
             }
         }
-        for d in DType::ALL {
+        self.check_regions(&want, collective)
+    }
+
+    /// The part of [`check_buffers`](Self::check_buffers) that reads only the posts'
+    /// atomics: every rank's regions against `want` elements per dtype.
+    fn check_regions(
+        &self,
+        want: &[usize; DType::COUNT],
+        collective: Collective,
+    ) -> Result<(), Disagreement> {
+        let need = |d: DType| {
             let len = want[d.index()];
             let out_len = match collective.output_len(len, self.size) {
                 Some(n) if collective.has_outputs() && len > 0 => n,
                 _ => 0,
             };
+            (len, out_len)
+        };
+        // The common case first: every rank posted regions of just the dtypes we need, of
+        // the lengths we need (a post's regions of the other dtypes read as empty). Only a
+        // mismatch takes the full pass below, which names the first one.
+        let mut mask = 0u32;
+        let mut needs = [(0, 0); DType::COUNT];
+        for d in DType::ALL {
+            needs[d.index()] = need(d);
+            if needs[d.index()] != (0, 0) {
+                mask |= 1 << d.index();
+            }
+        }
+        let matches = |q: usize| {
+            let post = self.post(q);
+            post.dtypes.load(Relaxed) == mask
+                && DType::ALL
+                    .into_iter()
+                    .filter(|d| mask & (1 << d.index()) != 0)
+                    .all(|d| {
+                        let (_, len, out_len) = post.buf(d);
+                        (len, out_len) == needs[d.index()]
+                    })
+        };
+        if (0..self.size).all(matches) {
+            return Ok(());
+        }
+        for d in DType::ALL {
+            let (len, out_len) = need(d);
             for q in 0..self.size {
                 let (_, b_len, b_out_len) = self.post(q).buf(d);
                 if b_len != len || b_out_len != out_len {
@@ -696,6 +932,58 @@ impl CpuComm {
                     });
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// An eager allreduce (see [`Eager`]) after its only barrier: every post holds its
+    /// owner's copy for this round. Every rank reads the same copies, so reaches the same
+    /// verdict, and returns without another barrier: no peer reads its caller's memory.
+    fn eager_stage(
+        &self,
+        header: &Header<'_>,
+        collective: Collective,
+        op: ReduceOp,
+        bufs: &[Buf; DType::COUNT],
+    ) -> Result<(), StageError> {
+        // SAFETY: every rank posted this call for this round with its copy, and we have
+        // not reached the next barrier (the same holds for each `eager_copy` below).
+        let header_of = |q: usize| unsafe { self.post(q).eager_header() };
+        agree(self.size, collective, header_of).map_err(StageError::Disagreed)?;
+        let want = wanted(header.slots).map_err(StageError::Disagreed)?;
+        for q in 0..self.size {
+            // SAFETY: as above.
+            if !unsafe { self.post(q).eager_copy() }.fits {
+                return Err(StageError::Disagreed(data_mismatch(q)));
+            }
+        }
+        self.check_regions(&want, collective)
+            .map_err(StageError::Disagreed)?;
+        // Every rank's slots are ours (agreed) and its regions hold exactly them (checked),
+        // so every rank copied its values into sections laid out as ours.
+        let (at, _) = eager_sections(&want);
+        for d in DType::ALL.into_iter().filter(|d| want[d.index()] > 0) {
+            let section = |q: usize| {
+                // SAFETY: as above; the section of `d` lies within the payload.
+                let copy = unsafe { self.post(q).eager_copy() };
+                copy.payload
+                    .as_ptr()
+                    .wrapping_add(at[d.index()])
+                    .cast::<u8>()
+            };
+            let dst = bufs[d.index()].ptr;
+            // SAFETY: each rank's section holds `want[d]` elements of `d` (= `E`), which
+            // nobody writes before we reach the next barrier; `dst` is our own region of
+            // `d`, `want[d]` long (checked), which no peer touches in an eager stage.
+            with_dtype!(d, E => unsafe {
+                self.reduce_range::<E>(
+                    &|q| section(q).cast::<E>(),
+                    want[d.index()],
+                    dst.cast(),
+                    op,
+                    (Push::None, d, 0),
+                )
+            });
         }
         Ok(())
     }
@@ -757,11 +1045,22 @@ impl CpuComm {
             }
             return;
         }
-        let mut acc = [E::Acc::default(); BLOCK];
+        // Only as much of the accumulator as the range needs is initialised: zeroing all
+        // of it cost more than the whole reduction of a small allreduce (2,100
+        // instructions for 4 bytes).
+        let mut store = [std::mem::MaybeUninit::<E::Acc>::uninit(); BLOCK];
+        let first = BLOCK.min(n);
+        for a in &mut store[..first] {
+            a.write(E::Acc::default());
+        }
+        // SAFETY: the first `first` entries were just initialised, and `MaybeUninit<T>` has
+        // `T`'s layout; `store` is a local that nothing else refers to.
+        let acc_all =
+            unsafe { std::slice::from_raw_parts_mut(store.as_mut_ptr().cast::<E::Acc>(), first) };
         let mut done = 0;
         while done < n {
             let len = BLOCK.min(n - done);
-            let acc = &mut acc[..len];
+            let acc = &mut acc_all[..len];
             for q in 0..self.size {
                 // SAFETY: within rank q's live input; nobody writes these elements now
                 // (our own writes below come after the last read of this block), and the
@@ -1046,6 +1345,114 @@ mod tests {
                 other => panic!("unexpected {other:?}"),
             }
             assert!(data.iter().all(|&x| x == 1), "payload must not run");
+        }
+    }
+
+    /// Runs `rounds` in-place f64 allreduces on `lens.len()` threads, rank r's
+    /// `lens[r]` elements in round i being `r + i + k / 8` (k the element's index), rank
+    /// r failing `fail[r]` rounds' stages; each rank's results.
+    fn allreduce_rounds(
+        lens: &[usize],
+        fail: &[Option<usize>],
+        rounds: usize,
+    ) -> Vec<Vec<Result<Vec<f64>, StageError>>> {
+        let comms = Cpu.communicators(lens.len()).unwrap();
+        let threads: Vec<_> = comms
+            .into_iter()
+            .enumerate()
+            .map(|(rank, mut comm)| {
+                let (len, fail) = (lens[rank], fail[rank]);
+                std::thread::spawn(move || {
+                    (0..rounds)
+                        .map(|i| {
+                            let mut data: Vec<f64> = (0..len)
+                                .map(|k| (rank + i) as f64 + k as f64 / 8.0)
+                                .collect();
+                            let slots = [SlotDesc::flat(DType::F64, len)];
+                            let input = data.clone();
+                            let values = [SlotData::new(&input[..])];
+                            let header = match fail == Some(i) {
+                                true => Header::FAILED,
+                                false => Header {
+                                    status: Status::Ok,
+                                    slots: &slots,
+                                    dims: &[],
+                                    data: &values,
+                                },
+                            };
+                            let mut regions = [f64::region_mut(&mut data)];
+                            let sum = Collective::AllReduce(ReduceOp::Sum);
+                            comm.stage(&header, sum, &mut regions, &mut [])
+                                .map(|()| data)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    /// Small allreduces (one barrier each, see `Eager`) back to back give every rank
+    /// every round's sum, on either side of the size limit.
+    #[test]
+    fn eager_allreduces_back_to_back() {
+        let rounds = if cfg!(miri) { 3 } else { 200 };
+        let eager = EAGER_BYTES / 8;
+        for len in [1, eager, eager + 1] {
+            for n in [2, 3] {
+                let results = allreduce_rounds(&vec![len; n], &vec![None; n], rounds);
+                for rank in results {
+                    for (i, got) in rank.into_iter().enumerate() {
+                        let want: Vec<f64> = (0..len)
+                            .map(|k| (0..n).map(|r| (r + i) as f64 + k as f64 / 8.0).sum())
+                            .collect();
+                        assert_eq!(got.unwrap(), want, "len={len} n={n} round={i}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// One rank's value is small enough for one barrier and the other's is not: both
+    /// ranks refuse with the same error, and the communicator still works.
+    #[test]
+    fn an_eager_and_a_two_barrier_rank_refuse_alike() {
+        let big = EAGER_BYTES / 8 + 1;
+        let results = allreduce_rounds(&[1, big], &[None, None], 1);
+        for rank in &results {
+            match &rank[0] {
+                Err(StageError::Disagreed(Disagreement::Slot {
+                    slot: 0, counts, ..
+                })) => {
+                    assert_eq!(counts, &vec![(DType::F64, 1), (DType::F64, big)])
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    /// A rank that failed joins a small allreduce with an empty copy: every rank skips
+    /// it as failed, and the next round runs.
+    #[test]
+    fn a_failed_rank_skips_an_eager_allreduce_on_every_rank() {
+        for n in [2, 3] {
+            let mut fail = vec![None; n];
+            fail[1] = Some(0);
+            for rank in allreduce_rounds(&vec![2; n], &fail, 2) {
+                assert!(
+                    matches!(
+                        rank[0],
+                        Err(StageError::Disagreed(Disagreement::Failed { rank: 1 }))
+                    ),
+                    "{:?}",
+                    rank[0]
+                );
+                let sum: f64 = (0..n).map(|r| (r + 1) as f64).sum();
+                assert_eq!(
+                    rank[1].as_ref().unwrap(),
+                    &vec![sum, sum + 0.125 * n as f64]
+                );
+            }
         }
     }
 

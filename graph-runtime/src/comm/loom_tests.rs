@@ -42,6 +42,68 @@ fn stage_pair(lens: [usize; 2], fail: [bool; 2]) -> Vec<(Result<(), StageError>,
     threads.into_iter().map(|t| t.join().unwrap()).collect()
 }
 
+/// Two ranks run `rounds` allreduces of one f32 each (eager under loom: see
+/// `EAGER_BYTES`), rank r's value in round i being `r + 1 + 10 * i`; each rank's results.
+fn eager_rounds(rounds: usize) -> Vec<Vec<Result<f32, StageError>>> {
+    let comms = Cpu.communicators(2).unwrap();
+    let threads: Vec<_> = comms
+        .into_iter()
+        .enumerate()
+        .map(|(rank, mut comm)| {
+            thread::spawn(move || {
+                (0..rounds)
+                    .map(|i| {
+                        let mut data = vec![(rank + 1 + 10 * i) as f32];
+                        let slots = [SlotDesc::flat(DType::F32, 1)];
+                        let input = data.clone();
+                        let header = Header {
+                            status: Status::Ok,
+                            slots: &slots,
+                            dims: &[],
+                            data: &[SlotData::new(&input[..])],
+                        };
+                        let mut regions = [f32::region_mut(&mut data)];
+                        let sum = Collective::AllReduce(ReduceOp::Sum);
+                        comm.stage(&header, sum, &mut regions, &mut [])
+                            .map(|()| data[0])
+                    })
+                    .collect()
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// The eager path's one barrier per stage: a rank that returns at once and writes its
+/// copy for the next stage never races with a peer still reading the copy of this one
+/// (loom checks every access to the copies), and both ranks get both sums.
+#[test]
+fn loom_eager_allreduces_back_to_back() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        for results in eager_rounds(2) {
+            let sums: Vec<f32> = results.into_iter().map(Result::unwrap).collect();
+            assert_eq!(sums, vec![3.0, 23.0]);
+        }
+    });
+}
+
+/// A rank with a one-element value (eager) and one with none (eager too): both refuse.
+#[test]
+fn loom_eager_different_lengths_skip_the_payload_on_both_ranks() {
+    loom::model(|| {
+        for (rank, (r, data)) in stage_pair([1, 0], [false, false]).into_iter().enumerate() {
+            assert!(matches!(
+                r,
+                Err(StageError::Disagreed(Disagreement::Slot { slot: 0, .. }))
+            ));
+            assert!(data.iter().all(|&x| x == (rank + 1) as f32));
+        }
+    });
+}
+
+/// Two elements each: the two-barrier path (above `EAGER_BYTES` under loom).
 #[test]
 fn loom_agreed_headers_run_the_payload() {
     // Three barrier epochs and the payload between them: unbounded, the state space does
@@ -56,6 +118,8 @@ fn loom_agreed_headers_run_the_payload() {
     });
 }
 
+/// One element against two: rank 0 would run eagerly, rank 1 not; both take the
+/// two-barrier path and refuse alike.
 #[test]
 fn loom_different_lengths_skip_the_payload_on_both_ranks() {
     loom::model(|| {

@@ -60,6 +60,21 @@ mod budget {
         *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 
+    /// The CPU this thread runs on now ([`NO_CPU`](super::NO_CPU) where the OS does not
+    /// say cheaply): on Linux the vDSO's `getcpu`, a few nanoseconds, no system call.
+    pub(super) fn current_cpu() -> u32 {
+        #[cfg(all(target_os = "linux", not(miri)))]
+        {
+            // SAFETY: `sched_getcpu` takes no arguments and only reads the CPU number.
+            let cpu = unsafe { libc::sched_getcpu() };
+            u32::try_from(cpu).unwrap_or(super::NO_CPU)
+        }
+        #[cfg(not(all(target_os = "linux", not(miri))))]
+        {
+            super::NO_CPU
+        }
+    }
+
     pub(super) fn spins() -> u32 {
         // The driver thread counts too.
         if AWAKE_ACTORS.load(Relaxed) < cores() {
@@ -109,6 +124,9 @@ mod budget {
     pub(super) const YIELDS: u32 = 0;
     pub(super) fn spins() -> u32 {
         0
+    }
+    pub(super) fn current_cpu() -> u32 {
+        super::NO_CPU
     }
     pub(super) fn spun(_: bool) {}
     pub(crate) fn actor_started() {}
@@ -174,6 +192,14 @@ pub(crate) enum Interrupted {
 /// is lost, without relying on `SeqCst` store/load pairs.
 pub(crate) struct Epoch {
     state: AtomicU64,
+    /// The CPU its last [`advance`](Epoch::advance) ran on ([`NO_CPU`] if none yet): where
+    /// the thread that advances it (the driver's `go`, an actor's `done`, an edge's sides)
+    /// most likely runs. A waiter on that same CPU does not spin: the thread it waits for
+    /// cannot run until it gives the CPU up, and each spin would only delay it (the "slow
+    /// mode" of BENCHMARKS.md: after a wake-up placed an actor next to the driver, every
+    /// handoff spun its full limit before it yielded). A hint only, hence a plain `std`
+    /// atomic even under loom, and relaxed.
+    cpu: std::sync::atomic::AtomicU32,
     lock: Mutex<()>,
     cv: Condvar,
     /// How many threads wait on `cv` now: a unit test that must know a waiter blocked
@@ -181,6 +207,9 @@ pub(crate) struct Epoch {
     #[cfg(all(test, not(loom)))]
     parked: AtomicUsize,
 }
+
+/// No CPU: not known, or not advanced yet.
+const NO_CPU: u32 = u32::MAX;
 
 const SLEEPERS: u64 = 1;
 const ABORTED: u64 = 2;
@@ -190,6 +219,7 @@ impl Epoch {
     pub(crate) fn new() -> Self {
         Self {
             state: AtomicU64::new(0),
+            cpu: std::sync::atomic::AtomicU32::new(NO_CPU),
             lock: Mutex::new(()),
             cv: Condvar::new(),
             #[cfg(all(test, not(loom)))]
@@ -205,6 +235,13 @@ impl Epoch {
     /// Moves to the next value and wakes every waiter (release: what was written before is
     /// visible to whoever sees the new value).
     pub(crate) fn advance(&self) {
+        self.cpu.store(budget::current_cpu(), Relaxed);
+        self.bump();
+    }
+
+    /// [`advance`](Self::advance) without noting the CPU: for a barrier, whose last party
+    /// to arrive, which advances it, says nothing about who the next waiters wait for.
+    fn bump(&self) {
         let old = self.state.fetch_add(ONE, AcqRel);
         if old & SLEEPERS != 0 {
             self.wake_sleepers();
@@ -290,7 +327,12 @@ impl Epoch {
         deadline: Option<Instant>,
         abortable: bool,
     ) -> Result<u64, Interrupted> {
-        let spins = budget::spins();
+        let advancer = self.cpu.load(Relaxed);
+        let spins = if advancer != NO_CPU && advancer == budget::current_cpu() {
+            0
+        } else {
+            budget::spins()
+        };
         for _ in 0..spins {
             if let Some(r) = Self::check(self.state.load(Acquire), seen, abortable) {
                 budget::spun(true);
@@ -434,7 +476,7 @@ impl Barrier {
         let seen = self.epoch.current();
         if self.arrived.fetch_add(1, AcqRel) + 1 == self.parties {
             self.arrived.store(0, Relaxed);
-            self.epoch.advance();
+            self.epoch.bump();
         } else {
             self.epoch.wait_past_unabortable(seen);
         }

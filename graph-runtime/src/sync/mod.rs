@@ -11,6 +11,7 @@ pub(crate) use epoch::{actor_ended, actor_started, briefly, Barrier, Epoch, Inte
 
 #[cfg(loom)]
 pub(crate) mod prims {
+    pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::hint::spin_loop;
     pub(crate) use loom::sync::atomic::{
         fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
@@ -27,6 +28,25 @@ pub(crate) mod prims {
     };
     pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
     pub(crate) use std::thread::yield_now;
+
+    /// `std`'s `UnsafeCell` with loom's interface (`with`, `with_mut`), so that code shared
+    /// with the loom models has its accesses checked there.
+    #[derive(Debug, Default)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Self(std::cell::UnsafeCell::new(value))
+        }
+
+        pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
 }
 
 #[cfg(all(test, loom))]
