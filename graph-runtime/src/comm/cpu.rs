@@ -10,7 +10,7 @@
 //!
 //! | collective | after the header epoch | barriers |
 //! | --- | --- | --- |
-//! | allreduce of at most 4 KiB per rank (`EAGER_BYTES`) | nothing: every rank copied its header and values into its post before the barrier (see `Eager`), and now checks every copy and reduces all of them, in rank order, into its own region | 1 |
+//! | allreduce of at most 256 B per rank (`EAGER_BYTES`) | nothing: every rank copied its header and values into its post before the barrier (see `Eager`), and now checks every copy and reduces all of them, in rank order, into its own region | 1 |
 //! | allreduce | rank r reduces its 1/N chunk of every region, in rank order, block by block, and writes each block into every rank's region | 2 |
 //! | allreduce of 1 MiB or more | the same, but each block goes into rank 0's region only, which rank 0 then hands to every rank (`exchange_results`) | 3 |
 //! | reduce | the same, but writes each block into the root's region only | 2 |
@@ -198,14 +198,17 @@ struct Eager {
 
 /// An allreduce of at most this many bytes per rank runs eagerly (see [`Eager`]): each
 /// rank copies its values in, and reads every peer's copy. Above it, reading N whole
-/// copies costs more than the second barrier it saves. (Under Miri, 32 B, and under loom
-/// 4 B, so that tests and models reach both paths with few elements.)
+/// copies costs more than the second barrier it saves: on a quiet 2-core machine 1 KiB
+/// over 2 ranks took 2.4-2.5 µs eagerly against 2.1-2.2 µs with two barriers, while 4 B
+/// over 4 ranks took 4.6-4.7 µs against 5.5-5.6 µs (BENCHMARKS.md, issue 16). (Under
+/// Miri, 32 B, and under loom 4 B, so that tests and models reach both paths with few
+/// elements.)
 const EAGER_BYTES: usize = if cfg!(loom) {
     4
 } else if cfg!(miri) {
     32
 } else {
-    4 << 10
+    256
 };
 
 // The payload's 8-byte alignment suits every element type.
