@@ -16,13 +16,14 @@
 //! says what is missing and how to fix it, and exits with status 1.
 
 use std::error::Error as StdError;
-use std::fmt::Display;
 use std::process::ExitCode;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use actorgraph::nccl::{self, current_device, Device, Nccl};
 use actorgraph::prelude::*;
+
+mod support;
+use support::parse_in;
 
 const WARMUP: usize = 5;
 const USAGE: &str = "usage: nccl_allreduce [--gpus N] [--steps S] [--elems E]
@@ -106,21 +107,6 @@ fn parse_args() -> Result<Args, String> {
         }
     }
     Ok(args)
-}
-
-/// `value` parsed and within `lo..=hi`, or a message saying why not.
-fn parse_in<T: FromStr + PartialOrd + Display>(
-    flag: &str,
-    value: &str,
-    lo: T,
-    hi: T,
-) -> Result<T, String> {
-    match value.parse::<T>() {
-        Ok(v) if lo <= v && v <= hi => Ok(v),
-        _ => Err(format!(
-            "{flag} wants a number in {lo}..={hi}, got `{value}`"
-        )),
-    }
 }
 
 /// Whether `got` is `want` up to float rounding: NCCL's `Avg` multiplies each rank's
@@ -257,19 +243,5 @@ fn run(args: &Args) -> Result<bool, Box<dyn StdError>> {
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(msg) => {
-            eprintln!("error: {msg}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(&args) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    support::main(USAGE, parse_args, run)
 }

@@ -1,8 +1,13 @@
-//! What the training examples (`train`, `linreg`) share: a seeded random number generator
-//! and the parsing of a numeric flag. Not an example itself: Cargo builds only files
-//! directly in `examples/` and folders with a `main.rs`.
+//! What the examples with flags and a self-check (`train`, `linreg`, `nccl_allreduce`)
+//! share: a seeded random number generator, the parsing of a numeric flag, and `main`'s
+//! exit codes. Not an example itself: Cargo builds only files directly in `examples/` and
+//! folders with a `main.rs`.
+
+// Each example uses a part: `nccl_allreduce` no `Rng`, `linreg` no shuffle.
+#![allow(dead_code)]
 
 use std::fmt::Display;
+use std::process::ExitCode;
 use std::str::FromStr;
 
 /// SplitMix64: a few lines, and the same numbers on every platform for a given seed.
@@ -23,7 +28,6 @@ impl Rng {
     }
 
     /// `items` in a uniformly random order (Fisher-Yates).
-    #[allow(dead_code)] // `linreg` does not shuffle.
     pub fn shuffle<T>(&mut self, items: &mut [T]) {
         for i in (1..items.len()).rev() {
             // The modulo bias is below 2^-50 for any slice that fits in memory.
@@ -45,5 +49,30 @@ pub fn parse_in<T: FromStr + PartialOrd + Display>(
         _ => Err(format!(
             "{flag} wants a number in {lo}..={hi}, got `{value}`"
         )),
+    }
+}
+
+/// An example's `main`: its flags parsed (`parse`), then `run`, whose `Ok(false)` is a
+/// failed self-check. Exit codes: 0 when the run checks out, 1 when it does not or fails,
+/// 2 for bad flags (with `usage`).
+pub fn main<A, E: Display>(
+    usage: &str,
+    parse: impl FnOnce() -> Result<A, String>,
+    run: impl FnOnce(&A) -> Result<bool, E>,
+) -> ExitCode {
+    let args = match parse() {
+        Ok(args) => args,
+        Err(msg) => {
+            eprintln!("error: {msg}\n{usage}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
