@@ -4,22 +4,12 @@
 # A benchmark, not a test: CI does not run it.
 #
 # usage: scripts/vs-mpi-procs.sh [PROCESSES]     (default: 2, one actor each)
-# Installs OpenMPI and libclang with apt-get if missing.
+# Installs OpenMPI and libclang with apt-get if missing (scripts/install-mpi.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 procs=${1:-2}
-if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null \
-    || ! ldconfig -p | grep -q libclang; then
-    echo "== installing OpenMPI and libclang"
-    sudo=()
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo=(sudo)
-    fi
-    "${sudo[@]}" apt-get update -q
-    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends \
-        openmpi-bin libopenmpi-dev libclang-dev
-fi
+scripts/install-mpi.sh
 
 bench=$(cargo bench --features mpi --bench mpi_procs --no-run --message-format=json 2>/dev/null \
     | python3 -c 'import json,sys

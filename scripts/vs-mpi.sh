@@ -5,7 +5,7 @@
 # the medians. A benchmark, not a test: CI does not run it.
 #
 # usage: scripts/vs-mpi.sh [RANKS...]      (default: 2 4)
-# Installs OpenMPI with apt-get if mpicc or mpirun is missing. Builds in target/vs-mpi.
+# Installs OpenMPI (and libclang) with apt-get if missing (scripts/install-mpi.sh). Builds in target/vs-mpi.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,16 +17,7 @@ fi
 # benches/collectives.rs.
 sizes=(4 1024 32768 262144 1048576 16777216 67108864)
 
-if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
-    echo "== installing OpenMPI"
-    sudo=()
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo=(sudo)
-    fi
-    "${sudo[@]}" apt-get update -q
-    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends \
-        openmpi-bin libopenmpi-dev
-fi
+scripts/install-mpi.sh
 
 out=target/vs-mpi
 mkdir -p "$out"
