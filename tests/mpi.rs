@@ -8,115 +8,16 @@
 //! Needs OpenMPI's `mpirun` (`.ci/run` installs it). Runs as root too.
 #![cfg(feature = "mpi")]
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
 use actorgraph::comm::reduce_reference;
 use actorgraph::half::{bf16, f16};
 use actorgraph::mpi::Mpi;
 use actorgraph::prelude::*;
 use actorgraph::{BoxError, DType, Element};
 
-const SCENARIO: &str = "ACTORGRAPH_MPI_SCENARIO";
-const LAYOUT: &str = "ACTORGRAPH_MPI_LAYOUT";
-/// How long one `mpirun` may take before the watchdog kills it and fails the test.
-const WATCHDOG: Duration = Duration::from_secs(120);
+#[path = "support/mpirun.rs"]
+mod mpirun;
 
-// ---------------------------------------------------------------------------------------
-// The launcher: the tests `cargo test` runs.
-
-/// What `mpirun` did: whether it succeeded, and its output.
-struct Run {
-    success: bool,
-    output: String,
-}
-
-/// Runs `scenario` over `layout` (actors per process) with the byte transfer layer `btl`,
-/// under the watchdog: a run that does not end in time fails the test.
-fn mpirun(scenario: &str, layout: &[usize], btl: &str) -> Run {
-    // One `mpirun` at a time: on a small machine, several at once oversubscribe it.
-    static SERIAL: Mutex<()> = Mutex::new(());
-    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let layout_arg = layout
-        .iter()
-        .map(usize::to_string)
-        .collect::<Vec<_>>()
-        .join(",");
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "mpi-{scenario}-{}-{}",
-        layout_arg.replace(',', "_"),
-        btl.replace(',', "_")
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
-    let mut cmd = Command::new("mpirun");
-    cmd.args(["--oversubscribe", "-np", &layout.len().to_string()])
-        .args(["--mca", "btl", btl, "--mca", "pml", "ob1"]);
-    if btl.contains("tcp") {
-        // Loopback stands in for the network between machines.
-        cmd.args(["--mca", "btl_tcp_if_include", "lo"]);
-    }
-    let child = cmd
-        .args(["-x", SCENARIO, "-x", LAYOUT])
-        .arg(std::env::current_exe().unwrap())
-        .args(["--exact", "worker", "--nocapture", "--test-threads=1"])
-        .env(SCENARIO, scenario)
-        .env(LAYOUT, &layout_arg)
-        // CI runs as root, which OpenMPI refuses unless told.
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .stdin(Stdio::null())
-        .stdout(log("stdout.txt"))
-        .stderr(log("stderr.txt"))
-        .spawn();
-    let mut child = match child {
-        Ok(child) => child,
-        Err(e) => {
-            panic!("could not start `mpirun` ({e}): install OpenMPI (libopenmpi-dev openmpi-bin)")
-        }
-    };
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if start.elapsed() > WATCHDOG {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
-    let output = format!("{}\n{}", read("stdout.txt"), read("stderr.txt"));
-    let Some(status) = status else {
-        panic!(
-            "mpirun {scenario} over {layout:?} ({btl}) hung: killed after {WATCHDOG:?}\n{output}"
-        );
-    };
-    Run {
-        success: status.success(),
-        output,
-    }
-}
-
-/// Runs `scenario` and fails the test if any process failed.
-fn passes(scenario: &str, layout: &[usize], btl: &str) {
-    let run = mpirun(scenario, layout, btl);
-    assert!(
-        run.success,
-        "{scenario} over {layout:?} ({btl}) failed:\n{}",
-        run.output
-    );
-    // Each process says it finished, so that a scenario that ran nothing cannot pass.
-    let done = run.output.matches("scenario done").count();
-    assert_eq!(done, layout.len(), "{}", run.output);
-}
-
-const SHM: &str = "self,vader";
-const TCP: &str = "self,tcp";
+use mpirun::{mpirun, passes, SHM, TCP};
 
 #[test]
 fn collectives_2_processes_of_1_actor_over_shared_memory() {
@@ -171,14 +72,9 @@ fn a_process_that_dies_ends_the_run_without_a_hang() {
 
 #[test]
 fn worker() {
-    let Ok(scenario) = std::env::var(SCENARIO) else {
+    let Some((scenario, layout)) = mpirun::scenario() else {
         return; // run by `mpirun` only
     };
-    let layout: Vec<usize> = std::env::var(LAYOUT)
-        .unwrap()
-        .split(',')
-        .map(|n| n.parse().unwrap())
-        .collect();
     let mpi = Mpi::init().unwrap();
     assert_eq!(mpi.processes(), layout.len());
     let process = mpi.process();
