@@ -30,6 +30,16 @@
 //! cargo run --release --features candle --example train -- [--workers N] [--epochs E]
 //!     [--batch B] [--lr LR] [--no-baseline]
 //! ```
+//!
+//! Built with the feature `mpi`, the same program also runs under `mpirun`, each process
+//! hosting `--workers` of the workers (ranks global, process 0's first): the allreduce
+//! then spans the processes, process 0 prints, and the losses and accuracies are the same,
+//! bit for bit, as one process's with as many workers in all. Process 0 runs the baseline.
+//!
+//! ```text
+//! cargo build --release --features candle,mpi --example train
+//! mpirun -np 2 target/release/examples/train --workers 2   # prints what --workers 4 does
+//! ```
 
 use std::error::Error;
 use std::process::ExitCode;
@@ -52,7 +62,8 @@ const HIDDEN: usize = 64;
 /// only rounding (a mean of shard means against one mean) separates them.
 const ACCURACY_TOLERANCE: f64 = 0.02;
 const USAGE: &str = "usage: train [--workers N] [--epochs E] [--batch B] [--lr LR] [--no-baseline]
-  --workers N     data-parallel workers, 1..=64, dividing B (default 4)
+  --workers N     data-parallel workers (of each process, under mpirun), 1..=64 (default 4);
+                  the workers of all processes together divide B
   --epochs E      passes over the training set, 1..=10000 (default 30)
   --batch B       global batch, split evenly over the workers, 1..=1280 (default 64)
   --lr LR         AdamW's learning rate, 0 < LR <= 1 (default 0.003)
@@ -320,10 +331,41 @@ struct Outcome {
     identical: bool,
 }
 
-/// `n` workers, each with its share of the held-out wines and the same initial model.
-fn make_workers(wine: &Wine, args: &Args, n: usize) -> candle_core::Result<Vec<Worker>> {
+/// Which workers a process hosts: ranks `first..first + here` of `size` in all, in
+/// process `process` of `processes`.
+#[derive(Clone, Copy)]
+struct Place {
+    process: usize,
+    processes: usize,
+    first: usize,
+    here: usize,
+    size: usize,
+}
+
+impl Place {
+    /// Every one of `n` workers in this process.
+    fn alone(n: usize) -> Self {
+        Place {
+            process: 0,
+            processes: 1,
+            first: 0,
+            here: n,
+            size: n,
+        }
+    }
+
+    /// Process 0 speaks for the job.
+    fn leads(&self) -> bool {
+        self.process == 0
+    }
+}
+
+/// The workers at `place`, each with its share of the held-out wines and the same initial
+/// model.
+fn make_workers(wine: &Wine, args: &Args, place: Place) -> candle_core::Result<Vec<Worker>> {
     let widths = [wine.features, HIDDEN, HIDDEN, wine.classes];
-    (0..n)
+    let n = place.size;
+    (place.first..place.first + place.here)
         .map(|rank| {
             let mine: Vec<u32> = (rank as u32..wine.test.rows() as u32).step_by(n).collect();
             let mine = CTensor::from_slice(&mine, mine.len(), &Device::Cpu)?;
@@ -354,11 +396,23 @@ fn make_workers(wine: &Wine, args: &Args, n: usize) -> candle_core::Result<Vec<W
         .collect()
 }
 
-/// Trains with `n` workers for `args.epochs` epochs, printing one line per epoch.
-fn train(wine: &Wine, args: &Args, n: usize) -> Result<Outcome, Box<dyn Error>> {
+/// Trains the workers at `place` over `backend` for `args.epochs` epochs; the leading
+/// process prints one line per epoch.
+fn train<B: Backend>(
+    wine: &Wine,
+    args: &Args,
+    place: Place,
+    backend: B,
+) -> Result<Outcome, Box<dyn Error>> {
     let steps = wine.train.rows() / args.batch;
-    let mut g = TrainStep::launch(make_workers(wine, args, n)?, Cpu)?;
-    println!("epoch  train loss  held-out accuracy  time per step");
+    let mut g = TrainStep::launch(make_workers(wine, args, place)?, backend)?;
+    if g.ranks("workers") != Some(place.first..place.first + place.here) {
+        return Err("every process must be given the same --workers".into());
+    }
+    let say = place.leads();
+    if say {
+        println!("epoch  train loss  held-out accuracy  time per step");
+    }
     let (mut accuracy, mut total) = (0.0, Duration::ZERO);
     for epoch in 1..=args.epochs {
         let (mut loss, mut elapsed) = (0.0, Duration::ZERO);
@@ -372,7 +426,11 @@ fn train(wine: &Wine, args: &Args, n: usize) -> Result<Outcome, Box<dyn Error>> 
             scored += reports.iter().map(|r| r.scored).sum::<usize>();
         }
         total += elapsed;
+        let [correct, scored] = processes::sum(place, [correct, scored]);
         accuracy = correct as f64 / scored as f64;
+        if !say {
+            continue;
+        }
         println!(
             "{epoch:>5}  {:>10.4}  {:>16.1}%  {:>10.1} µs",
             loss / steps as f64,
@@ -380,11 +438,13 @@ fn train(wine: &Wine, args: &Args, n: usize) -> Result<Outcome, Box<dyn Error>> 
             elapsed.as_secs_f64() * 1e6 / steps as f64
         );
     }
-    println!(
-        "mean time per step: {:.1} µs over {} steps (execute only)",
-        total.as_secs_f64() * 1e6 / (steps * args.epochs) as f64,
-        steps * args.epochs
-    );
+    if say {
+        println!(
+            "mean time per step: {:.1} µs over {} steps (execute only)",
+            total.as_secs_f64() * 1e6 / (steps * args.epochs) as f64,
+            steps * args.epochs
+        );
+    }
     let workers = g.teardown()?;
     let bits = |w: &Worker| -> candle_core::Result<Vec<u32>> {
         let mut bits = Vec::new();
@@ -401,13 +461,23 @@ fn train(wine: &Wine, args: &Args, n: usize) -> Result<Outcome, Box<dyn Error>> 
             diverged.push(w.rank);
         }
     }
-    let identical = diverged.is_empty();
+    // Other processes' replicas, by a hash of their first worker's parameters.
+    let odd = processes::differing(place, fnv1a(&first));
+    let identical = diverged.is_empty() && odd.is_empty();
+    let n = place.size;
     if n == 1 {
         // One replica: nothing to compare.
     } else if identical {
-        println!("OK: all {n} workers hold bitwise-identical parameters");
-    } else {
-        eprintln!("FAIL: the parameters of ranks {diverged:?} differ from rank 0's");
+        if say {
+            println!("OK: all {n} workers hold bitwise-identical parameters");
+        }
+    } else if !diverged.is_empty() {
+        eprintln!(
+            "FAIL: the parameters of ranks {diverged:?} differ from rank {}'s",
+            place.first
+        );
+    } else if say {
+        eprintln!("FAIL: the parameters of processes {odd:?} differ from process 0's");
     }
     Ok(Outcome {
         accuracy,
@@ -415,10 +485,127 @@ fn train(wine: &Wine, args: &Args, n: usize) -> Result<Outcome, Box<dyn Error>> 
     })
 }
 
+/// FNV-1a over `words`: equal parameters give equal hashes, which processes compare.
+fn fnv1a(words: &[u32]) -> u64 {
+    words
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+/// What the processes of an `mpirun` job tell each other outside the graph: the held-out
+/// scores and the replicas' hashes. One process has no one to ask.
+#[cfg(feature = "mpi")]
+mod processes {
+    use super::Place;
+    use actorgraph::mpi::rsmpi::collective::SystemOperation;
+    use actorgraph::mpi::rsmpi::topology::SimpleCommunicator;
+    use actorgraph::mpi::rsmpi::traits::*;
+
+    /// Where `workers` workers of this process sit among every process's.
+    pub fn place(mpi: &actorgraph::mpi::Mpi, workers: usize) -> Place {
+        Place {
+            process: mpi.process(),
+            processes: mpi.processes(),
+            first: mpi.process() * workers,
+            here: workers,
+            size: mpi.processes() * workers,
+        }
+    }
+
+    /// `values` summed over every process.
+    pub fn sum(place: Place, values: [usize; 2]) -> [usize; 2] {
+        if place.processes == 1 {
+            return values;
+        }
+        let mine = values.map(|v| v as u64);
+        let mut all = [0u64; 2];
+        SimpleCommunicator::world().all_reduce_into(
+            &mine[..],
+            &mut all[..],
+            SystemOperation::sum(),
+        );
+        all.map(|v| v as usize)
+    }
+
+    /// The processes whose `hash` differs from process 0's.
+    pub fn differing(place: Place, hash: u64) -> Vec<usize> {
+        if place.processes == 1 {
+            return Vec::new();
+        }
+        let mut all = vec![0u64; place.processes];
+        SimpleCommunicator::world().all_gather_into(&hash, &mut all[..]);
+        (1..place.processes).filter(|&p| all[p] != all[0]).collect()
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+mod processes {
+    use super::Place;
+
+    pub fn sum(_: Place, values: [usize; 2]) -> [usize; 2] {
+        values
+    }
+
+    pub fn differing(_: Place, _: u64) -> Vec<usize> {
+        Vec::new()
+    }
+}
+
 fn run(args: &Args) -> Result<bool, Box<dyn Error>> {
+    #[cfg(feature = "mpi")]
+    let mpi = actorgraph::mpi::Mpi::init()?;
+    #[cfg(feature = "mpi")]
+    let place = processes::place(&mpi, args.workers);
+    #[cfg(not(feature = "mpi"))]
+    let place = Place::alone(args.workers);
+    if args.batch % place.size != 0 {
+        return Err(format!(
+            "--batch {} does not split evenly over the {} workers of {} process(es)",
+            args.batch, place.size, place.processes
+        )
+        .into());
+    }
     let wine = load()?;
     let sizes = init_params(&[wine.features, HIDDEN, HIDDEN, wine.classes])?;
     let elems: usize = sizes.iter().map(|p| p.elem_count()).sum();
+    let say = place.leads();
+    if say {
+        print_setup(&wine, args, place, sizes.len(), elems);
+    }
+    #[cfg(feature = "mpi")]
+    let main = if place.processes > 1 {
+        train(&wine, args, place, &mpi)?
+    } else {
+        train(&wine, args, place, Cpu)?
+    };
+    #[cfg(not(feature = "mpi"))]
+    let main = train(&wine, args, place, Cpu)?;
+    let mut ok = main.identical;
+    if say && args.baseline && place.size > 1 {
+        println!("\nbaseline: 1 worker over the same batches:");
+        let base = train(&wine, args, Place::alone(1), Cpu)?;
+        let (a, b) = (100.0 * main.accuracy, 100.0 * base.accuracy);
+        let tolerance = 100.0 * ACCURACY_TOLERANCE;
+        if main.accuracy >= base.accuracy - ACCURACY_TOLERANCE {
+            println!(
+                "OK: {} workers reach {a:.1}% held-out accuracy, 1 worker {b:.1}% (tolerance {tolerance:.0} points)",
+                place.size
+            );
+        } else {
+            eprintln!(
+                "FAIL: {} workers reach {a:.1}% held-out accuracy, more than {tolerance:.0} points below 1 worker's {b:.1}%",
+                place.size
+            );
+            ok = false;
+        }
+    }
+    Ok(ok)
+}
+
+fn print_setup(wine: &Wine, args: &Args, place: Place, tensors: usize, elems: usize) {
     println!(
         "wine quality (linfa-datasets): {} training and {} held-out wines, {} features, {} classes",
         wine.train.rows(),
@@ -438,33 +625,15 @@ fn run(args: &Args) -> Result<bool, Box<dyn Error>> {
         "candle on the CPU, {} thread(s) per worker (RAYON_NUM_THREADS)",
         candle_core::utils::get_num_threads()
     );
+    let processes = match place.processes {
+        1 => String::new(),
+        p => format!(" in {p} processes"),
+    };
     println!(
-        "\n{} workers, {} rows each per step, one allreduce of {} gradient tensors ({elems} f32) and the loss:",
-        args.workers,
-        args.batch / args.workers,
-        sizes.len()
+        "\n{} workers{processes}, {} rows each per step, one allreduce of {tensors} gradient tensors ({elems} f32) and the loss:",
+        place.size,
+        args.batch / place.size,
     );
-    let main = train(&wine, args, args.workers)?;
-    let mut ok = main.identical;
-    if args.baseline && args.workers > 1 {
-        println!("\nbaseline: 1 worker over the same batches:");
-        let base = train(&wine, args, 1)?;
-        let (a, b) = (100.0 * main.accuracy, 100.0 * base.accuracy);
-        let tolerance = 100.0 * ACCURACY_TOLERANCE;
-        if main.accuracy >= base.accuracy - ACCURACY_TOLERANCE {
-            println!(
-                "OK: {} workers reach {a:.1}% held-out accuracy, 1 worker {b:.1}% (tolerance {tolerance:.0} points)",
-                args.workers
-            );
-        } else {
-            eprintln!(
-                "FAIL: {} workers reach {a:.1}% held-out accuracy, more than {tolerance:.0} points below 1 worker's {b:.1}%",
-                args.workers
-            );
-            ok = false;
-        }
-    }
-    Ok(ok)
 }
 
 fn main() -> ExitCode {
