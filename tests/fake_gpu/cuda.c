@@ -91,7 +91,7 @@ void *fake_xrealloc(void *ptr, size_t bytes) {
     return p;
 }
 
-static double timeout_s(void) {
+double fake_timeout_s(void) {
     const char *v = getenv("FAKE_GPU_TIMEOUT_S");
     double t = v ? atof(v) : 0;
     return t > 0 ? t : 60;
@@ -107,8 +107,8 @@ void fake_wait(const char *what, double *waited) {
     }
     if (pthread_cond_timedwait(&cond, &mu, &at) == ETIMEDOUT) {
         *waited += 0.1;
-        if (*waited > timeout_s())
-            fake_die("waited more than %.0f s: %s", timeout_s(), what);
+        if (*waited > fake_timeout_s())
+            fake_die("waited more than %.0f s: %s", fake_timeout_s(), what);
     }
 }
 
@@ -763,10 +763,10 @@ CUresult cuEventQuery(fake_event *e) {
         double now = now_s();
         if (e->first_poll == 0)
             e->first_poll = now;
-        else if (now - e->first_poll > timeout_s())
+        else if (now - e->first_poll > fake_timeout_s())
             fake_die("an event polled for more than %.0f s (cuEventQuery): its stream never "
                      "gets there",
-                     timeout_s());
+                     fake_timeout_s());
     }
     fake_unlock();
     return r;

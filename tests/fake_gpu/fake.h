@@ -18,6 +18,8 @@ void fake_unlock(void);
  * diagnostic printed, before the process aborts, when it exceeds FAKE_GPU_TIMEOUT_S. */
 void fake_wait(const char *what, double *waited);
 void fake_broadcast(void);
+/* FAKE_GPU_TIMEOUT_S (default 60): how long any wait of the simulation may last. */
+double fake_timeout_s(void);
 
 /* Queues `run(arg)` on `stream` (NULL: the legacy default stream, which runs it at once,
  * on the caller's thread). `run` is called with the lock held; `arg` is then freed. */

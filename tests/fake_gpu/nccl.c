@@ -1,6 +1,7 @@
 /* A simulated NCCL, built as libnccl.so over the simulated driver (cuda.c): the ranks of
- * a communicator are threads of this process, collectives run on the stream workers and
- * meet in a rendezvous, with NCCL's arithmetic (float Avg pre-multiplied by 1/n, integer
+ * a communicator are threads of this process or of several (one communicator over every
+ * GPU of every process, as under MPI), collectives run on the stream workers and meet in
+ * a rendezvous, with NCCL's arithmetic (float Avg pre-multiplied by 1/n, integer
  * Avg divided after the sum, each step rounded to the element type).
  *
  * What it checks, aborting the process with a message where real NCCL would hang,
@@ -19,11 +20,26 @@
  * rank's first launch of a small, then of a large, collective waits on the host for every
  * rank to make it); ncclCommAbort discards the rank's queued collectives and
  * ncclCommDestroy first waits for them; peers read and write each other's buffers
- * directly, so pool memory must grant them access (cuda.c's memory pools). */
+ * directly, so pool memory must grant them access (cuda.c's memory pools).
+ *
+ * Across processes: the unique id names a POSIX shared-memory segment (`shm_open`) where
+ * every rank of every process registers at ncclCommInitRank. A communicator whose ranks
+ * are all in this process then runs as above; one whose ranks span processes meets in the
+ * segment (a process-shared mutex and condition variable): each rank posts its call and
+ * its send buffer there, and once every rank has, each computes its own result from all
+ * of them with the same arithmetic, so every rank of every process gets the same bits.
+ * The same checks hold across processes (calls that pair up, an abort that leaves the
+ * peers' collectives waiting, lazy connection); simulated GPUs of different processes are
+ * different GPUs, even with the same ordinal. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fake.h"
@@ -49,6 +65,7 @@ enum dtype { I8, U8, I32, U32, I64, U64, F16, F32, F64, BF16, N_TYPES };
 static const size_t type_size[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
 struct comm;
+struct shared;
 
 typedef struct {
     int kind;
@@ -73,6 +90,9 @@ typedef struct clique {
     /* Lazy connection (NCCL_RUNTIME_CONNECT not 0): per size class of a launch (small,
      * large), how many ranks have connected it. */
     int lazy, connected[2];
+    /* Ranks in other processes: the rendezvous is in this shared memory (see "Across
+     * processes"), and `ranks` holds this process's ranks only. NULL: all ranks here. */
+    struct shared *shm;
     struct clique *next;
 } clique;
 
@@ -97,7 +117,8 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
     fake_lock();
     unsigned long long n = ++next;
     fake_unlock();
-    snprintf(id->internal, sizeof id->internal, "fake-nccl-%llu", n);
+    /* Unique across processes too: it names the communicator's shared memory. */
+    snprintf(id->internal, sizeof id->internal, "/fake-nccl-%ld-%llu", (long)getpid(), n);
     return ncclSuccess;
 }
 
@@ -117,6 +138,163 @@ const char *ncclGetLastError(comm *c) {
     return "";
 }
 
+/* ---- across processes ---- */
+
+#define SHM_RANKS 64
+
+/* A rank's call, as its peers in other processes see it. */
+typedef struct {
+    int kind, dtype, red, root;
+    size_t count;
+} call_desc;
+
+/* A communicator's segment, named after its unique id. Every field after `ready` is read
+ * and written under `mu`; `cond` is broadcast on every change. */
+typedef struct shared {
+    int ready; /* set (atomically) once the creator has initialized the rest */
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int nranks, joined;
+    long pids[SHM_RANKS];
+    /* The collective in progress: as the clique's rendezvous. */
+    int arrived;
+    unsigned long long generation;
+    int broken;
+    int connected[2];
+    /* Per parity of the generation and rank: its call and, in `data`, its send buffer.
+     * A rank posts for generation g + 2 only after every rank arrived at g + 1, so after
+     * each has read what it needed of g. */
+    call_desc calls[2][SHM_RANKS];
+    size_t slot_bytes;
+    size_t data_offset;
+} shared;
+
+/* The bytes each rank can send in one collective (FAKE_NCCL_SHM_SLOT_MIB, default 64):
+ * the segment is sparse, so only what is used takes memory. */
+static size_t slot_bytes(void) {
+    const char *v = getenv("FAKE_NCCL_SHM_SLOT_MIB");
+    long mib = v ? atol(v) : 0;
+    return (size_t)(mib > 0 ? mib : 64) << 20;
+}
+
+static unsigned char *shm_slot(shared *s, int parity, int rank) {
+    return (unsigned char *)s + s->data_offset +
+           ((size_t)parity * (size_t)s->nranks + (size_t)rank) * s->slot_bytes;
+}
+
+/* Waits on the segment's condition (its mutex held), as fake_wait does on the process's. */
+static void shm_wait(shared *s, const char *what, double *waited) {
+    struct timespec at;
+    clock_gettime(CLOCK_REALTIME, &at);
+    at.tv_nsec += 20 * 1000 * 1000;
+    if (at.tv_nsec >= 1000000000) {
+        at.tv_sec += 1;
+        at.tv_nsec -= 1000000000;
+    }
+    if (pthread_cond_timedwait(&s->cond, &s->mu, &at) == ETIMEDOUT) {
+        *waited += 0.02;
+        if (*waited > fake_timeout_s())
+            fake_die("waited more than %.0f s: %s", fake_timeout_s(), what);
+    }
+}
+
+static void shm_lock(shared *s) { pthread_mutex_lock(&s->mu); }
+static void shm_unlock(shared *s) { pthread_mutex_unlock(&s->mu); }
+
+/* Maps the segment of `id`, creating and initializing it if this is the first rank to
+ * come, of any process. */
+static shared *shm_open_id(const ncclUniqueId *id, int nranks) {
+    size_t head = (sizeof(shared) + 4095) & ~(size_t)4095, slot = slot_bytes();
+    size_t bytes = head + 2 * (size_t)nranks * slot;
+    int created = 1;
+    int fd = shm_open(id->internal, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 && errno == EEXIST) {
+        created = 0;
+        fd = shm_open(id->internal, O_RDWR, 0600);
+    }
+    if (fd < 0)
+        fake_die("ncclCommInitRank: shm_open(%s): %s", id->internal, strerror(errno));
+    if (created && ftruncate(fd, (off_t)bytes))
+        fake_die("ncclCommInitRank: ftruncate(%s): %s", id->internal, strerror(errno));
+    /* A peer that did not create it waits for the creator's ftruncate. */
+    struct stat st;
+    double waited = 0;
+    while (!fstat(fd, &st) && (size_t)st.st_size < bytes) {
+        usleep(1000);
+        if ((waited += 0.001) > fake_timeout_s())
+            fake_die("ncclCommInitRank: the segment %s never got its size", id->internal);
+    }
+    shared *s = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (s == MAP_FAILED)
+        fake_die("ncclCommInitRank: mmap(%s): %s", id->internal, strerror(errno));
+    if (created) {
+        pthread_mutexattr_t ma;
+        pthread_condattr_t ca;
+        pthread_mutexattr_init(&ma);
+        pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+        pthread_mutex_init(&s->mu, &ma);
+        pthread_cond_init(&s->cond, &ca);
+        s->nranks = nranks;
+        s->slot_bytes = slot;
+        s->data_offset = head;
+        __atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE);
+    }
+    waited = 0;
+    while (!__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE)) {
+        usleep(1000);
+        if ((waited += 0.001) > fake_timeout_s())
+            fake_die("ncclCommInitRank: the segment %s was never initialized", id->internal);
+    }
+    return s;
+}
+
+/* Registers `rank` in the communicator's segment and waits there for every rank of every
+ * process, as ncclCommInitRank does. Returns the segment, or NULL (unmapped) when every
+ * rank is in this process. */
+static shared *shm_join(const ncclUniqueId *id, int nranks, int rank) {
+    if (nranks > SHM_RANKS)
+        fake_die("ncclCommInitRank: %d ranks; the simulation takes at most %d", nranks,
+                 SHM_RANKS);
+    shared *s = shm_open_id(id, nranks);
+    shm_lock(s);
+    if (s->nranks != nranks)
+        fake_die("ncclCommInitRank: rank %d says %d ranks, another said %d", rank, nranks,
+                 s->nranks);
+    if (s->pids[rank])
+        fake_die("ncclCommInitRank: rank %d joined twice", rank);
+    s->pids[rank] = (long)getpid();
+    if (++s->joined == nranks)
+        shm_unlink(id->internal); /* every rank has it mapped */
+    pthread_cond_broadcast(&s->cond);
+    double waited = 0;
+    while (s->joined < nranks)
+        shm_wait(s, "ncclCommInitRank waiting for the other ranks (of every process)", &waited);
+    int here = 1;
+    for (int r = 0; r < nranks; r++)
+        here &= s->pids[r] == (long)getpid();
+    shm_unlock(s);
+    if (!here)
+        return s;
+    munmap(s, s->data_offset + 2 * (size_t)nranks * s->slot_bytes);
+    return NULL;
+}
+
+/* A rank aborted or is stuck: collectives of the communicator never complete again, in
+ * any process. The fake lock held. */
+static void break_clique(clique *c) {
+    c->broken = 1;
+    if (c->shm) {
+        shm_lock(c->shm);
+        c->shm->broken = 1;
+        pthread_cond_broadcast(&c->shm->cond);
+        shm_unlock(c->shm);
+    }
+    fake_broadcast();
+}
+
 ncclResult_t ncclCommInitRank(comm **out, int nranks, ncclUniqueId id, int rank) {
     int device = fake_current_device();
     if (device < 0) {
@@ -125,6 +303,9 @@ ncclResult_t ncclCommInitRank(comm **out, int nranks, ncclUniqueId id, int rank)
     }
     if (nranks < 1 || rank < 0 || rank >= nranks)
         return ncclInvalidArgument;
+    /* Every rank of every process first meets in the id's shared memory, which says
+     * whether they are all here. */
+    shared *shm = shm_join(&id, nranks, rank);
     fake_lock();
     clique *c = cliques;
     while (c && memcmp(&c->id, &id, sizeof id))
@@ -139,6 +320,7 @@ ncclResult_t ncclCommInitRank(comm **out, int nranks, ncclUniqueId id, int rank)
          * NCCL_RUNTIME_CONNECT=0, which connects everything here, in the init. */
         const char *rc = getenv("NCCL_RUNTIME_CONNECT");
         c->lazy = !(rc && !strcmp(rc, "0"));
+        c->shm = shm;
         c->next = cliques;
         cliques = c;
     }
@@ -160,7 +342,8 @@ ncclResult_t ncclCommInitRank(comm **out, int nranks, ncclUniqueId id, int rank)
     c->joined++;
     fake_broadcast();
     double waited = 0;
-    while (c->joined < c->nranks)
+    /* Across processes every rank has joined already (in the shared memory). */
+    while (!c->shm && c->joined < c->nranks)
         fake_wait("ncclCommInitRank waiting for the other ranks", &waited);
     fake_unlock();
     *out = me;
@@ -177,8 +360,7 @@ ncclResult_t ncclCommAbort(comm *c) {
     if (c->aborted)
         fake_die("ncclCommAbort or ncclCommDestroy twice on rank %d", c->rank);
     c->aborted = 1;
-    c->clique->broken = 1;
-    fake_broadcast();
+    break_clique(c->clique);
     fake_unlock();
     return ncclSuccess;
 }
@@ -394,13 +576,12 @@ static void finish(int dtype, int red, void *acc, size_t n, int nranks) {
 }
 
 /* The reduction of `n` elements at element offset `at` of every rank's send buffer. */
-static void reduce_all(const clique *c, size_t at, size_t n, void *acc) {
-    const op *o = c->ops;
+static void reduce_all(const op *ops, int nranks, size_t at, size_t n, void *acc) {
+    const op *o = ops;
     size_t sz = type_size[o->dtype];
-    for (int r = 0; r < c->nranks; r++)
-        step(o->dtype, o->red, acc, (const char *)c->ops[r].send + at * sz, n, r == 0,
-             c->nranks);
-    finish(o->dtype, o->red, acc, n, c->nranks);
+    for (int r = 0; r < nranks; r++)
+        step(o->dtype, o->red, acc, (const char *)ops[r].send + at * sz, n, r == 0, nranks);
+    finish(o->dtype, o->red, acc, n, nranks);
 }
 
 /* ---- collectives ---- */
@@ -410,17 +591,23 @@ static void describe(const op *o, char *buf, size_t len) {
              o->dtype, o->red, o->root);
 }
 
-static void check_buffers(const op *o, int nranks) {
+/* The bytes a rank's call reads from its send buffer and writes to its receive buffer. */
+static void io_bytes(const op *o, int nranks, size_t *send, size_t *recv) {
     size_t bytes = o->count * type_size[o->dtype];
-    size_t send = bytes, recv = bytes;
+    *send = *recv = bytes;
     if (o->kind == ALL_GATHER)
-        recv *= (size_t)nranks;
+        *recv *= (size_t)nranks;
     if (o->kind == REDUCE_SCATTER)
-        send *= (size_t)nranks;
+        *send *= (size_t)nranks;
     if (o->kind == BROADCAST && o->comm->rank != o->root)
-        send = 0;
+        *send = 0;
     if (o->kind == REDUCE && o->comm->rank != o->root)
-        recv = 0;
+        *recv = 0;
+}
+
+static void check_buffers(const op *o, int nranks) {
+    size_t send, recv;
+    io_bytes(o, nranks, &send, &recv);
     char what[96];
     snprintf(what, sizeof what, "nccl%s send buffer of rank %d", kind_names[o->kind],
              o->comm->rank);
@@ -428,8 +615,11 @@ static void check_buffers(const op *o, int nranks) {
     snprintf(what, sizeof what, "nccl%s receive buffer of rank %d", kind_names[o->kind],
              o->comm->rank);
     fake_check_device_range((unsigned long long)(uintptr_t)o->recv, recv, o->comm->device, what);
-    /* Ranks in one process read and write each other's buffers directly. */
+    /* Ranks in one process read and write each other's buffers directly (those of
+     * other processes, NULL here, through the network or shared memory). */
     for (int p = 0; p < nranks; p++) {
+        if (!o->comm->clique->ranks[p])
+            continue;
         int peer = o->comm->clique->ranks[p]->device;
         snprintf(what, sizeof what, "nccl%s buffers of rank %d, used by rank %d",
                  kind_names[o->kind], o->comm->rank, p);
@@ -438,12 +628,11 @@ static void check_buffers(const op *o, int nranks) {
     }
 }
 
-/* Runs the collective once every rank has arrived (the lock held). */
-static void complete(clique *c) {
-    int n = c->nranks;
-    const op *o = c->ops;
+/* Dies unless the `n` ranks' calls pair up. */
+static void check_paired(const op *ops, int n) {
+    const op *o = ops;
     for (int r = 1; r < n; r++) {
-        const op *p = &c->ops[r];
+        const op *p = &ops[r];
         if (p->kind != o->kind || p->count != o->count || p->dtype != o->dtype ||
             (p->kind != BROADCAST && p->kind != ALL_GATHER && p->red != o->red) ||
             ((p->kind == BROADCAST || p->kind == REDUCE) && p->root != o->root)) {
@@ -453,6 +642,12 @@ static void complete(clique *c) {
             fake_die("NCCL calls out of step: rank 0 called %s, rank %d called %s", a, r, b);
         }
     }
+}
+
+/* Runs the collective over the `n` ranks' calls: writes the results of every rank, or
+ * of rank `only` alone when it is not negative. */
+static void compute(const op *ops, int n, int only) {
+    const op *o = ops;
     size_t sz = type_size[o->dtype], count = o->count, bytes = count * sz;
     /* Into a scratch buffer first: the collectives may run in place. */
     size_t total = o->kind == ALL_GATHER || o->kind == REDUCE_SCATTER ? bytes * (size_t)n : bytes;
@@ -460,30 +655,98 @@ static void complete(clique *c) {
     switch (o->kind) {
     case ALL_REDUCE:
     case REDUCE:
-        reduce_all(c, 0, count, tmp);
+        reduce_all(ops, n, 0, count, tmp);
         for (int r = 0; r < n; r++)
-            if (o->kind == ALL_REDUCE || r == o->root)
-                memcpy(c->ops[r].recv, tmp, bytes);
+            if ((o->kind == ALL_REDUCE || r == o->root) && (only < 0 || r == only))
+                memcpy(ops[r].recv, tmp, bytes);
         break;
     case BROADCAST:
-        memcpy(tmp, c->ops[o->root].send, bytes);
+        memcpy(tmp, ops[o->root].send, bytes);
         for (int r = 0; r < n; r++)
-            memcpy(c->ops[r].recv, tmp, bytes);
+            if (only < 0 || r == only)
+                memcpy(ops[r].recv, tmp, bytes);
         break;
     case ALL_GATHER:
         for (int r = 0; r < n; r++)
-            memcpy(tmp + (size_t)r * bytes, c->ops[r].send, bytes);
+            memcpy(tmp + (size_t)r * bytes, ops[r].send, bytes);
         for (int r = 0; r < n; r++)
-            memcpy(c->ops[r].recv, tmp, total);
+            if (only < 0 || r == only)
+                memcpy(ops[r].recv, tmp, total);
         break;
     case REDUCE_SCATTER:
         for (int r = 0; r < n; r++)
-            reduce_all(c, (size_t)r * count, count, tmp + (size_t)r * bytes);
+            reduce_all(ops, n, (size_t)r * count, count, tmp + (size_t)r * bytes);
         for (int r = 0; r < n; r++)
-            memcpy(c->ops[r].recv, tmp + (size_t)r * bytes, bytes);
+            if (only < 0 || r == only)
+                memcpy(ops[r].recv, tmp + (size_t)r * bytes, bytes);
         break;
     }
     free(tmp);
+}
+
+/* A collective of a communicator across processes (the fake lock held, as on return):
+ * posts this rank's call and send buffer in the shared memory, waits there for every
+ * rank of every process, and computes its own result from theirs. */
+static void run_remote(op *o) {
+    comm *me = o->comm;
+    clique *c = me->clique;
+    shared *s = c->shm;
+    int n = c->nranks;
+    size_t send, recv;
+    io_bytes(o, n, &send, &recv);
+    if (send > s->slot_bytes)
+        fake_die("nccl%s on rank %d sends %zu bytes; FAKE_NCCL_SHM_SLOT_MIB allows %zu",
+                 kind_names[o->kind], me->rank, send, s->slot_bytes);
+    double waited = 0;
+    shm_lock(s);
+    if (s->broken) {
+        shm_unlock(s);
+    } else {
+        unsigned long long g = s->generation;
+        int parity = (int)(g & 1);
+        s->calls[parity][me->rank] = (call_desc){o->kind, o->dtype, o->red, o->root, o->count};
+        memcpy(shm_slot(s, parity, me->rank), o->send, send);
+        /* The other streams of this process go on while this one waits for its peers. */
+        fake_unlock();
+        if (++s->arrived == n) {
+            s->arrived = 0;
+            s->generation++;
+            pthread_cond_broadcast(&s->cond);
+        }
+        while (s->generation == g && !s->broken)
+            shm_wait(s, "an NCCL collective waiting for its peers (of every process)", &waited);
+        int done = s->generation != g;
+        shm_unlock(s);
+        if (done) {
+            /* Parity `g` stays as it is until this rank arrives at the next collective. */
+            op *ops = fake_xcalloc((size_t)n, sizeof *ops);
+            for (int r = 0; r < n; r++) {
+                const call_desc *d = &s->calls[parity][r];
+                ops[r] = (op){d->kind, shm_slot(s, parity, r), NULL, d->count,
+                              d->dtype, d->red, d->root, NULL, NULL, 0};
+            }
+            check_paired(ops, n);
+            unsigned char *mine = fake_xmalloc(recv);
+            ops[me->rank].recv = mine;
+            compute(ops, n, me->rank);
+            fake_lock();
+            /* The receive buffer must still be live now that the result lands in it. */
+            char what[96];
+            snprintf(what, sizeof what, "nccl%s receive buffer of rank %d", kind_names[o->kind],
+                     me->rank);
+            fake_check_device_range((unsigned long long)(uintptr_t)o->recv, recv, me->device,
+                                    what);
+            memcpy(o->recv, mine, recv);
+            free(mine);
+            free(ops);
+            return;
+        }
+        fake_lock();
+    }
+    while (!me->aborted)
+        fake_wait("an NCCL collective of a communicator whose peer aborted (this rank's own "
+                  "communicator is never aborted)",
+                  &waited);
 }
 
 static void run_op(op *o) {
@@ -495,19 +758,24 @@ static void run_op(op *o) {
     if (o->stuck) {
         /* A kernel stuck on a broken connection: the peers' matching collectives never
          * get this rank's data, so they wait as for an aborted peer. */
-        c->broken = 1;
-        fake_broadcast();
+        break_clique(c);
         while (!me->aborted)
             fake_wait("an NCCL collective stuck by fake_nccl_async_error (this rank's "
                       "communicator is never aborted)",
                       &waited);
         return;
     }
+    if (c->shm && !c->broken) {
+        check_buffers(o, c->nranks);
+        run_remote(o);
+        return;
+    }
     if (!c->broken) {
         check_buffers(o, c->nranks);
         c->ops[me->rank] = *o;
         if (++c->arrived == c->nranks) {
-            complete(c);
+            check_paired(c->ops, c->nranks);
+            compute(c->ops, c->nranks, -1);
             c->arrived = 0;
             c->generation++;
             fake_broadcast();
@@ -591,6 +859,22 @@ static void connect_lazily(comm *me, size_t bytes) {
     if (!c->lazy || me->joined[k])
         return;
     me->joined[k] = 1;
+    if (c->shm) {
+        /* Across processes: the count is in the shared memory. An abort of this
+         * communicator breaks the clique there too, which wakes this wait. */
+        shared *s = c->shm;
+        shm_lock(s);
+        s->connected[k]++;
+        pthread_cond_broadcast(&s->cond);
+        fake_unlock();
+        double waited = 0;
+        while (s->connected[k] < s->nranks && !__atomic_load_n(&me->aborted, __ATOMIC_SEQ_CST))
+            shm_wait(s, "an NCCL launch connecting its peers lazily, across processes",
+                     &waited);
+        shm_unlock(s);
+        fake_lock();
+        return;
+    }
     c->connected[k]++;
     fake_broadcast();
     double waited = 0;

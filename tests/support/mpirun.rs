@@ -24,6 +24,11 @@ pub struct Run {
 /// Runs `scenario` over `layout` (actors per process) with the byte transfer layer `btl`,
 /// under the watchdog: a run that does not end in time fails the test.
 pub fn mpirun(scenario: &str, layout: &[usize], btl: &str) -> Run {
+    mpirun_env(scenario, layout, btl, &[])
+}
+
+/// [`mpirun`], with the variables `env` set in every process.
+pub fn mpirun_env(scenario: &str, layout: &[usize], btl: &str, env: &[(&str, &str)]) -> Run {
     // One `mpirun` at a time: on a small machine, several at once oversubscribe it.
     static SERIAL: Mutex<()> = Mutex::new(());
     let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -45,6 +50,9 @@ pub fn mpirun(scenario: &str, layout: &[usize], btl: &str) -> Run {
     if btl.contains("tcp") {
         // Loopback stands in for the network between machines.
         cmd.args(["--mca", "btl_tcp_if_include", "lo"]);
+    }
+    for &(name, value) in env {
+        cmd.args(["-x", name]).env(name, value);
     }
     let child = cmd
         .args(["-x", SCENARIO, "-x", LAYOUT])
@@ -92,7 +100,12 @@ pub fn mpirun(scenario: &str, layout: &[usize], btl: &str) -> Run {
 
 /// Runs `scenario` and fails the test if any process failed.
 pub fn passes(scenario: &str, layout: &[usize], btl: &str) {
-    let run = mpirun(scenario, layout, btl);
+    passes_env(scenario, layout, btl, &[]);
+}
+
+/// [`passes`], with the variables `env` set in every process.
+pub fn passes_env(scenario: &str, layout: &[usize], btl: &str, env: &[(&str, &str)]) {
+    let run = mpirun_env(scenario, layout, btl, env);
     assert!(
         run.success,
         "{scenario} over {layout:?} ({btl}) failed:\n{}",

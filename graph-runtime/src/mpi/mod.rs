@@ -39,7 +39,7 @@
 //! supported yet.
 
 mod comm;
-mod wire;
+pub(crate) mod wire;
 
 pub use comm::MpiComm;
 
@@ -62,7 +62,7 @@ use crate::Error;
 pub const MAX_GROUPS: usize = 32;
 
 /// An MPI communicator that may move between threads.
-struct SendComm(SimpleCommunicator);
+pub(crate) struct SendComm(pub(crate) SimpleCommunicator);
 
 // SAFETY: `Mpi::init` refuses an MPI library that does not give `MPI_THREAD_MULTIPLE`, under
 // which MPI may be called from any thread, so the handle is valid on every thread. It is
@@ -73,7 +73,7 @@ unsafe impl Send for SendComm {}
 
 /// MPI, once initialized: ends (`MPI_Finalize`) when the last [`Mpi`] and the last
 /// communicator made from it are gone.
-struct World {
+pub(crate) struct World {
     // Before `_universe`: a communicator is freed before MPI ends.
     comm: Mutex<SendComm>,
     process: usize,
@@ -109,7 +109,7 @@ pub(crate) struct GroupLayout {
     pub(crate) counts: Vec<usize>,
     pub(crate) offsets: Vec<usize>,
     pub(crate) process: usize,
-    comm: SendComm,
+    pub(crate) comm: SendComm,
 }
 
 impl GroupLayout {
@@ -165,12 +165,67 @@ impl Mpi {
         self.joined.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn world(&self) -> std::sync::MutexGuard<'_, SendComm> {
+    /// The world communicator, for collectives of the launching thread.
+    pub(crate) fn world(&self) -> std::sync::MutexGuard<'_, SendComm> {
         self.world
             .comm
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// What keeps MPI alive: a communicator made from it holds one.
+    pub(crate) fn keep_alive(&self) -> Arc<World> {
+        Arc::clone(&self.world)
+    }
+
+    /// The layout and communicator of group `group` of the graph joined last, for this
+    /// process's `size` actors; taken once.
+    pub(crate) fn take_group(
+        &self,
+        group: &'static str,
+        size: usize,
+    ) -> Result<GroupLayout, Error> {
+        let mut joined = self.joined();
+        let Some(at) = joined.groups.iter().position(|(g, _)| *g == group) else {
+            return Err(Error::Backend(format!(
+                "group `{group}` was not part of the graph the MPI backend joined last"
+            )));
+        };
+        let (_, layout) = joined.groups.remove(at);
+        if layout.counts[layout.process] != size {
+            return Err(Error::Backend(format!(
+                "group `{group}` was joined with {} actors on this process, launched with {size}",
+                layout.counts[layout.process]
+            )));
+        }
+        Ok(layout)
+    }
+}
+
+/// Every process's `words`, process after process (`MPI_Allgather` of the lengths, then
+/// `MPI_Allgatherv`).
+pub(crate) fn all_gather_words(comm: &SimpleCommunicator, words: &[u64]) -> Vec<u64> {
+    use ::mpi::datatype::PartitionMut;
+    let processes = rank_of(comm.size());
+    let mut lens = vec![0u64; processes];
+    comm.all_gather_into(&(words.len() as u64), &mut lens[..]);
+    let counts: Vec<i32> = lens
+        .iter()
+        .map(|&n| i32::try_from(n).unwrap_or(i32::MAX))
+        .collect();
+    let displs: Vec<i32> = counts
+        .iter()
+        .scan(0i32, |at, &n| {
+            let here = *at;
+            *at = at.saturating_add(n);
+            Some(here)
+        })
+        .collect();
+    let total = lens.iter().sum::<u64>();
+    let mut every = vec![0u64; usize::try_from(total).unwrap_or(0)];
+    let mut recv = PartitionMut::new(&mut every[..], &counts[..], &displs[..]);
+    comm.all_gather_varcount_into(words, &mut recv);
+    every
 }
 
 fn rank_of(r: i32) -> usize {
@@ -274,19 +329,7 @@ impl Backend for Mpi {
     }
 
     fn group_communicators(&self, group: &'static str, size: usize) -> Result<Vec<MpiComm>, Error> {
-        let mut joined = self.joined();
-        let Some(at) = joined.groups.iter().position(|(g, _)| *g == group) else {
-            return Err(Error::Backend(format!(
-                "group `{group}` was not part of the graph the MPI backend joined last"
-            )));
-        };
-        let (_, layout) = joined.groups.remove(at);
-        if layout.counts[layout.process] != size {
-            return Err(Error::Backend(format!(
-                "group `{group}` was joined with {} actors on this process, launched with {size}",
-                layout.counts[layout.process]
-            )));
-        }
+        let layout = self.take_group(group, size)?;
         Ok(MpiComm::group(group, layout, Arc::clone(&self.world)))
     }
 

@@ -10,15 +10,15 @@ use crate::{DType, Error, ReduceOp, RemoteError};
 
 /// A rank's header and collective, owned: as a peer process sent it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct OwnedHeader {
-    pub(super) collective: Collective,
-    pub(super) status: Status,
-    pub(super) slots: Vec<SlotDesc>,
-    pub(super) dims: Vec<usize>,
+pub(crate) struct OwnedHeader {
+    pub(crate) collective: Collective,
+    pub(crate) status: Status,
+    pub(crate) slots: Vec<SlotDesc>,
+    pub(crate) dims: Vec<usize>,
 }
 
 impl OwnedHeader {
-    pub(super) fn header(&self) -> Header<'_> {
+    pub(crate) fn header(&self) -> Header<'_> {
         Header {
             status: self.status,
             slots: &self.slots,
@@ -38,7 +38,7 @@ fn op_of(code: u64) -> Option<ReduceOp> {
 
 /// Appends `header` and `collective` to `out`: the collective (kind, op, root), the
 /// status, the number of slots, each slot (dtype, len, rows, ndim), then the dimensions.
-pub(super) fn encode(header: &Header<'_>, collective: Collective, out: &mut Vec<u64>) {
+pub(crate) fn encode(header: &Header<'_>, collective: Collective, out: &mut Vec<u64>) {
     let (kind, op, root) = match collective {
         Collective::AllReduce(op) => (0, op_code(op), 0),
         Collective::AllGather => (1, 0, 0),
@@ -60,7 +60,7 @@ pub(super) fn encode(header: &Header<'_>, collective: Collective, out: &mut Vec<
 }
 
 /// Reads what [`encode`] wrote; `None` if the words are not a header (a peer's bug).
-pub(super) fn decode(words: &[u64]) -> Option<OwnedHeader> {
+pub(crate) fn decode(words: &[u64]) -> Option<OwnedHeader> {
     let n = |w: u64| usize::try_from(w).ok();
     let (&[kind, op, root, status, count], rest) = words.split_first_chunk::<5>()?;
     let root = n(root)?;
@@ -108,7 +108,7 @@ pub(super) fn decode(words: &[u64]) -> Option<OwnedHeader> {
 
 /// The root-cause error of a rank's step, as it travels to the other processes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum Failure {
+pub(crate) enum Failure {
     /// [`Error::Method`]: the method and its error's message.
     Method {
         rank: usize,
@@ -128,7 +128,7 @@ pub(super) enum Failure {
 impl Failure {
     /// The failure of `error`, if it is one that other processes must learn (a root
     /// cause on this rank); `None` for the errors that follow from another's.
-    pub(super) fn of(error: &Error) -> Option<Self> {
+    pub(crate) fn of(error: &Error) -> Option<Self> {
         Some(match error {
             Error::Method {
                 rank,
@@ -159,7 +159,7 @@ impl Failure {
     }
 
     /// The error every process reports for it.
-    pub(super) fn to_error(&self, group: &'static str) -> Error {
+    pub(crate) fn to_error(&self, group: &'static str) -> Error {
         match self {
             Failure::Method {
                 rank,
@@ -190,7 +190,7 @@ impl Failure {
     }
 
     /// Appends the failure (or its absence) to `out`.
-    pub(super) fn encode(this: Option<&Self>, out: &mut Vec<u64>) {
+    pub(crate) fn encode(this: Option<&Self>, out: &mut Vec<u64>) {
         let (kind, rank, a, b) = match this {
             None => return out.push(0),
             Some(Failure::Method {
@@ -211,7 +211,7 @@ impl Failure {
     }
 
     /// Reads what [`Failure::encode`] wrote, from the front of `words`, which it advances.
-    pub(super) fn decode(words: &mut &[u64]) -> Option<Option<Self>> {
+    pub(crate) fn decode(words: &mut &[u64]) -> Option<Option<Self>> {
         let kind = take(words)?;
         if kind == 0 {
             return Some(None);
@@ -238,14 +238,14 @@ impl Failure {
 }
 
 /// The first word of `words`, which it advances.
-pub(super) fn take(words: &mut &[u64]) -> Option<u64> {
+pub(crate) fn take(words: &mut &[u64]) -> Option<u64> {
     let (&first, rest) = words.split_first()?;
     *words = rest;
     Some(first)
 }
 
 /// The first `n` words of `words`, which it advances.
-pub(super) fn take_n<'a>(words: &mut &'a [u64], n: u64) -> Option<&'a [u64]> {
+pub(crate) fn take_n<'a>(words: &mut &'a [u64], n: u64) -> Option<&'a [u64]> {
     let (head, rest) = words.split_at_checked(usize::try_from(n).ok()?)?;
     *words = rest;
     Some(head)
@@ -283,7 +283,7 @@ fn intern(name: &str) -> &'static str {
 }
 
 /// FNV-1a of `words`: a process's summary of its ranks' headers.
-pub(super) fn digest(words: &[u64]) -> u64 {
+pub(crate) fn digest(words: &[u64]) -> u64 {
     words.iter().fold(0xcbf2_9ce4_8422_2325, |h: u64, &w| {
         w.to_le_bytes()
             .iter()

@@ -17,6 +17,12 @@
 //! launch confirmation) is found out on every rank, instead of one reading the other's
 //! stale post, and a rank that gives up on an abort leaves nothing a peer could read after
 //! it is gone.
+//!
+//! A group whose ranks span processes (the NCCL backend over MPI) adds a step to each
+//! round: after the barrier, the process's first rank exchanges every local post with the
+//! other processes' (`nccl/mpi.rs`), and after a second barrier every rank decides over
+//! every rank's post, in every process alike. Only that rank reads the local posts
+//! between the two barriers, so one post per rank would do there.
 
 use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
@@ -26,25 +32,28 @@ use crate::sync::Barrier;
 /// Where the ranks of a group agree on each stage's headers, and confirm its launch.
 pub(super) struct Board {
     barrier: Barrier,
-    /// Per rank, two posts.
+    /// Per rank of this process, two posts.
     posts: Box<[[RwLock<Post>; 2]]>,
+    /// The rest of the group, in other processes.
+    #[cfg(feature = "mpi")]
+    across: Option<super::mpi::Across>,
 }
 
 /// A copy of a rank's call and, for an agreement, its header.
 #[derive(Default)]
-struct Post {
+pub(super) struct Post {
     /// The barrier round it is for (`None`: never written).
-    round: Option<u64>,
-    call: Option<Call>,
+    pub(super) round: Option<u64>,
+    pub(super) call: Option<Call>,
     /// For a launch confirmation: whether the launch went through.
-    launched: bool,
-    failed: bool,
-    slots: Vec<SlotDesc>,
-    dims: Vec<usize>,
+    pub(super) launched: bool,
+    pub(super) failed: bool,
+    pub(super) slots: Vec<SlotDesc>,
+    pub(super) dims: Vec<usize>,
 }
 
 impl Post {
-    fn header(&self) -> Header<'_> {
+    pub(super) fn header(&self) -> Header<'_> {
         Header {
             status: if self.failed {
                 Status::Failed
@@ -75,7 +84,32 @@ impl Board {
         Self {
             barrier: Barrier::new(size),
             posts: (0..size).map(|_| Default::default()).collect(),
+            #[cfg(feature = "mpi")]
+            across: None,
         }
+    }
+
+    /// The board of this process's `local` ranks of a group that spans processes.
+    #[cfg(feature = "mpi")]
+    pub(super) fn across(local: usize, across: super::mpi::Across) -> Self {
+        Self {
+            across: Some(across),
+            ..Self::new(local)
+        }
+    }
+
+    /// The rest of the group, if it spans processes.
+    #[cfg(feature = "mpi")]
+    pub(super) fn other_processes(&self) -> Option<&super::mpi::Across> {
+        self.across.as_ref()
+    }
+
+    /// Whether some of the group's ranks are in other processes.
+    pub(super) fn spans_processes(&self) -> bool {
+        #[cfg(feature = "mpi")]
+        return self.across.is_some();
+        #[cfg(not(feature = "mpi"))]
+        false
     }
 
     /// Fails every current and future agreement: a rank that will never come.
@@ -92,7 +126,7 @@ impl Board {
         rank: usize,
         call: Call,
         fill: impl FnOnce(&mut Post),
-        decide: impl FnOnce(&[RwLockReadGuard<'_, Post>]) -> Result<R, StageError>,
+        decide: impl FnOnce(&[&Post]) -> Result<R, StageError>,
     ) -> Result<R, StageError> {
         // The barrier's generation cannot move before we arrive: it is the round that the
         // wait below completes, the same on every rank that passes it.
@@ -107,17 +141,38 @@ impl Board {
             fill(&mut mine);
         }
         self.barrier.wait().map_err(|_| StageError::Aborted)?;
-        let posts: Vec<_> = self.posts.iter().map(|p| read(&p[parity])).collect();
+        #[cfg(feature = "mpi")]
+        if let Some(across) = &self.across {
+            if rank == 0 {
+                let local: Vec<_> = self.posts.iter().map(|p| read(&p[parity])).collect();
+                across.exchange(local.iter().map(|p| &**p));
+            }
+            self.barrier.wait().map_err(|_| StageError::Aborted)?;
+            let decided = across.decided();
+            let posts: Vec<&Post> = decided.posts.iter().collect();
+            return Self::decide(round, call, &posts, decide);
+        }
+        let guards: Vec<_> = self.posts.iter().map(|p| read(&p[parity])).collect();
+        let posts: Vec<&Post> = guards.iter().map(|p| &**p).collect();
+        Self::decide(round, call, &posts, decide)
+    }
+
+    /// Every rank's verdict over the round's posts: `decide`'s, once every rank made the
+    /// same call for the round.
+    fn decide<R>(
+        round: u64,
+        call: Call,
+        posts: &[&Post],
+        decide: impl FnOnce(&[&Post]) -> Result<R, StageError>,
+    ) -> Result<R, StageError> {
         let posted = |p: &Post| p.call.filter(|_| p.round == Some(round));
         let any_failed = posts.iter().any(|p| p.failed);
-        let pairs = |p: &RwLockReadGuard<'_, Post>| {
-            posted(p).is_some_and(|c| c.pairs_with(call, any_failed))
-        };
-        if !posts.iter().all(pairs) {
+        let pairs = |p: &&Post| posted(p).is_some_and(|c| c.pairs_with(call, any_failed));
+        if posts.is_empty() || !posts.iter().all(pairs) {
             let calls = posts.iter().map(|p| posted(p)).collect();
             return Err(StageError::Disagreed(Disagreement::Calls { calls }));
         }
-        decide(&posts)
+        decide(posts)
     }
 
     /// Rank `rank`'s part in the agreement on `header` in its next stage: `Ok` when every

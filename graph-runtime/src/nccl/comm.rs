@@ -55,11 +55,14 @@ impl Shared {
 /// communicator, created on the actor's thread when the group is launched.
 #[derive(Debug)]
 pub struct NcclComm {
+    /// Its rank in the whole group, which may span processes.
     rank: usize,
+    /// Its place among this process's ranks of the group.
+    local: usize,
     size: usize,
     ordinal: usize,
     id: sys::ncclUniqueId,
-    /// Every rank's GPU.
+    /// The GPU of every rank in this process.
     devices: Arc<[usize]>,
     shared: Arc<Shared>,
     attached: Option<Attached>,
@@ -104,12 +107,23 @@ impl Drop for NcclComm {
 impl NcclComm {
     /// The ranks of one group: rank `r` on GPU `devices[r]`, all with communicator id `id`.
     pub(super) fn group(devices: &[usize], id: sys::ncclUniqueId) -> Vec<NcclComm> {
-        let size = devices.len();
+        Self::group_of(devices, id, 0, devices.len(), Board::new(devices.len()))
+    }
+
+    /// This process's ranks of a group of `size`: global rank `first + l` on GPU
+    /// `devices[l]`, agreeing on `board`.
+    pub(super) fn group_of(
+        devices: &[usize],
+        id: sys::ncclUniqueId,
+        first: usize,
+        size: usize,
+        board: Board,
+    ) -> Vec<NcclComm> {
         let shared = Arc::new(Shared {
-            barrier: Barrier::new(size),
+            barrier: Barrier::new(devices.len()),
             failed: AtomicBool::new(false),
             aborted: AtomicBool::new(false),
-            board: Board::new(size),
+            board,
             failed_launch: AtomicUsize::new(usize::MAX),
             async_failed: AtomicBool::new(false),
             broken: AtomicBool::new(false),
@@ -118,8 +132,9 @@ impl NcclComm {
         devices
             .iter()
             .enumerate()
-            .map(|(rank, &ordinal)| NcclComm {
-                rank,
+            .map(|(local, &ordinal)| NcclComm {
+                rank: first + local,
+                local,
                 size,
                 ordinal,
                 id,
@@ -354,7 +369,7 @@ impl NcclComm {
     /// The failure model's header agreement, on the host (see `agree.rs`).
     fn agree(&mut self, header: &Header<'_>, collective: Collective) -> Result<(), StageError> {
         self.round = self.round.wrapping_add(1);
-        self.shared.board.agree(self.rank, header, collective)
+        self.shared.board.agree(self.local, header, collective)
     }
 
     /// Queues `collective` over every region as one NCCL group: one launch.
@@ -381,7 +396,7 @@ impl NcclComm {
             // The peers' collectives of this stage wait for ours, which will not come.
             self.shared.failed_launch.store(self.round, SeqCst);
         }
-        let confirmed = self.shared.board.confirm(self.rank, launched.is_ok());
+        let confirmed = self.shared.board.confirm(self.local, launched.is_ok());
         launched.and(confirmed)
     }
 
@@ -436,7 +451,8 @@ impl Communicator for NcclComm {
         outputs: &mut [RegionMut<'_>],
     ) -> Result<(), StageError> {
         let r = self.stage_host(header, collective, regions, outputs);
-        self.settle(r)
+        let r = self.settle(r);
+        self.with_remote_failure(r)
     }
 
     fn abort_handle(&self) -> AbortHandle {
@@ -459,12 +475,21 @@ impl Communicator for NcclComm {
                 let warm = alloc_zeros::<u8>(device.stream(), 1)?;
                 Ok(([event()?, event()?, event()?], warm, device))
             });
-        if opened.is_err() {
-            self.shared.failed.store(true, SeqCst);
-        }
-        self.shared.barrier.wait();
+        let all_opened = if self.shared.board.spans_processes() {
+            // Every rank of every process, in one agreement round.
+            self.shared
+                .board
+                .confirm(self.local, opened.is_ok())
+                .is_ok()
+        } else {
+            if opened.is_err() {
+                self.shared.failed.store(true, SeqCst);
+            }
+            self.shared.barrier.wait();
+            !self.shared.failed.load(SeqCst)
+        };
         let ([done, before, after], warm, device) = opened?;
-        if self.shared.failed.load(SeqCst) {
+        if !all_opened {
             return Err(Error::Backend(format!(
                 "rank {}: another rank of the group could not open its GPU",
                 self.rank
@@ -513,6 +538,31 @@ impl Communicator for NcclComm {
     fn device_comm(&mut self) -> Option<&mut dyn DeviceComm> {
         Some(self)
     }
+
+    fn note_failure(&mut self, error: &Error) {
+        #[cfg(feature = "mpi")]
+        if let Some(across) = self.shared.board.other_processes() {
+            across.note_failure(self.local, error);
+        }
+        #[cfg(not(feature = "mpi"))]
+        let _ = error;
+    }
+}
+
+impl NcclComm {
+    /// A stage that a failed rank skipped: when that rank is in another process (and
+    /// none of this process's failed), its own error, which travelled with its post, so
+    /// that every process reports the same one. The group stays usable.
+    fn with_remote_failure(&self, r: Result<(), StageError>) -> Result<(), StageError> {
+        #[cfg(feature = "mpi")]
+        if let Err(StageError::Disagreed(Disagreement::Failed { .. })) = &r {
+            let across = self.shared.board.other_processes();
+            if let Some(error) = across.and_then(|a| a.remote_failure()) {
+                return Err(StageError::Comm(error));
+            }
+        }
+        r
+    }
 }
 
 /// The fused stage's device mode: regions on this rank's GPU.
@@ -531,7 +581,8 @@ impl DeviceComm for NcclComm {
         outs: &[DevRegion<'_>],
     ) -> Result<(), StageError> {
         let r = self.stage_device_inner(header, collective, ins, outs);
-        self.settle(r)
+        let r = self.settle(r);
+        self.with_remote_failure(r)
     }
 
     fn wait(&mut self) -> Result<(), StageError> {

@@ -11,11 +11,15 @@ mod agree;
 mod backend;
 mod calls;
 mod comm;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod pool;
 
 pub use crate::gpu::{current_device, device_count, nccl_version, Device};
 pub use backend::Nccl;
 pub use comm::NcclComm;
+#[cfg(feature = "mpi")]
+pub use mpi::NcclMpi;
 
 /// The cudarc this backend is built on, for methods that allocate and compute on their
 /// device with the same types.

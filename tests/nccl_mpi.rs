@@ -1,0 +1,519 @@
+//! The NCCL backend across processes (`Nccl::over_mpi`), on simulated GPUs: each test
+//! builds `tests/fake_gpu/` (as `tests/nccl_gpu.rs` does) and starts `mpirun` over this
+//! test binary with the simulated libraries first on `LD_LIBRARY_PATH`, under the MPI
+//! tests' watchdog. Each process hosts its actors on its own simulated GPUs, and the
+//! simulated NCCL meets the ranks of different processes in shared memory named after the
+//! communicator's id, with NCCL's arithmetic.
+//!
+//! Every process checks its own actors' results (bit for bit: the values are small
+//! integers, exact in every dtype) and fails otherwise; the test passes when `mpirun` does.
+//!
+//! Needs OpenMPI's `mpirun` and a C compiler.
+#![cfg(all(feature = "nccl", feature = "mpi", target_os = "linux"))]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use actorgraph::comm::reduce_reference;
+use actorgraph::half::{bf16, f16};
+use actorgraph::mpi::Mpi;
+use actorgraph::nccl::{current_device, Device, Nccl};
+use actorgraph::prelude::*;
+use actorgraph::{BoxError, DType, Element};
+
+#[path = "support/mpirun.rs"]
+mod mpirun;
+
+use mpirun::{passes_env, SHM, TCP};
+
+/// Builds the simulated libraries once, into the test's own directory.
+fn fakes() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fake_gpu_mpi");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/fake-gpu.sh");
+        let out = Command::new("sh").arg(&script).arg(&dir).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{} failed (it needs a C compiler):\n{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+}
+
+/// Runs `scenario` over `layout` on simulated GPUs (two per process: a process uses one
+/// per actor).
+fn passes_on_simulated_gpus(scenario: &str, layout: &[usize], btl: &str) {
+    let mut path = fakes().as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        path.push(":");
+        path.push(old);
+    }
+    let path = path.into_string().unwrap();
+    let env = [
+        ("LD_LIBRARY_PATH", path.as_str()),
+        ("FAKE_GPU_COUNT", "2"),
+        ("FAKE_GPU_TIMEOUT_S", "30"),
+    ];
+    passes_env(scenario, layout, btl, &env);
+}
+
+#[test]
+fn every_collective_over_2_processes_of_1_gpu_over_shared_memory() {
+    passes_on_simulated_gpus("nccl-collectives", &[1, 1], SHM);
+}
+
+#[test]
+fn every_collective_over_2_processes_of_1_gpu_over_tcp() {
+    passes_on_simulated_gpus("nccl-collectives", &[1, 1], TCP);
+}
+
+#[test]
+fn a_mixed_bucket_over_processes_of_2_and_1_gpus() {
+    passes_on_simulated_gpus("nccl-mixed", &[2, 1], SHM);
+}
+
+#[test]
+fn failures_are_the_same_error_on_every_process_and_the_graph_stays_usable() {
+    passes_on_simulated_gpus("nccl-failures", &[1, 1], SHM);
+}
+
+#[test]
+fn launches_that_differ_between_processes_fail_on_every_process() {
+    passes_on_simulated_gpus("nccl-launch", &[1, 2], SHM);
+}
+
+// ---------------------------------------------------------------------------------------
+// Values: small integers, exact in every dtype.
+
+trait Val: Element {
+    fn of(v: i64) -> Self;
+}
+
+macro_rules! val_as {
+    ($($t:ty),*) => {
+        $(impl Val for $t {
+            fn of(v: i64) -> Self {
+                v as $t
+            }
+        })*
+    };
+}
+val_as!(f32, f64, i8, u8, i32, u32, i64, u64);
+
+impl Val for f16 {
+    fn of(v: i64) -> Self {
+        f16::from_f32(v as f32)
+    }
+}
+
+impl Val for bf16 {
+    fn of(v: i64) -> Self {
+        bf16::from_f32(v as f32)
+    }
+}
+
+/// `len` values of rank `rank`, in `[-4, 4 + rank]`: products of two stay exact in `bf16`.
+fn values<E: Val>(seed: i64, rank: usize, len: usize) -> Vec<E> {
+    (0..len as i64)
+        .map(|i| E::of((i * 5 + seed).rem_euclid(9) - 4 + rank as i64))
+        .collect()
+}
+
+fn on_gpu<E: Val>(d: &Device, seed: i64, rank: usize, shape: &[usize]) -> Result<Tensor<E>, Error> {
+    let len = shape.iter().product();
+    Tensor::from_vec(values(seed, rank, len), shape)?.to_device(d)
+}
+
+fn host<E: Element>(t: &Tensor<E>) -> Vec<E> {
+    t.to_host().expect("copy to the host").to_vec()
+}
+
+/// One GPU tensor of every dtype.
+type Bucket = (
+    Tensor<f32>,
+    Tensor<f64>,
+    Tensor<f16>,
+    Tensor<bf16>,
+    Tensor<i8>,
+    Tensor<u8>,
+    Tensor<i32>,
+    Tensor<u32>,
+    Tensor<i64>,
+    Tensor<u64>,
+);
+
+/// The shape of each slot of a [`Bucket`]: first dimensions divide by 1, 2 and 3 ranks.
+const SHAPES: [&[usize]; 10] = [
+    &[6, 2],
+    &[6],
+    &[12],
+    &[6],
+    &[6, 2],
+    &[12],
+    &[6],
+    &[6],
+    &[12],
+    &[6],
+];
+
+struct Node {
+    /// The global rank.
+    rank: usize,
+}
+
+#[actor]
+impl Node {
+    /// Slot `k` holds `values(k, rank, ..)` of shape `SHAPES[k]`, on this actor's GPU.
+    fn bucket(&mut self) -> Result<Bucket, BoxError> {
+        let d = current_device()?;
+        let r = self.rank;
+        Ok((
+            on_gpu(&d, 0, r, SHAPES[0])?,
+            on_gpu(&d, 1, r, SHAPES[1])?,
+            on_gpu(&d, 2, r, SHAPES[2])?,
+            on_gpu(&d, 3, r, SHAPES[3])?,
+            on_gpu(&d, 4, r, SHAPES[4])?,
+            on_gpu(&d, 5, r, SHAPES[5])?,
+            on_gpu(&d, 6, r, SHAPES[6])?,
+            on_gpu(&d, 7, r, SHAPES[7])?,
+            on_gpu(&d, 8, r, SHAPES[8])?,
+            on_gpu(&d, 9, r, SHAPES[9])?,
+        ))
+    }
+
+    /// Host values beside GPU ones: a scalar and a `Vec`.
+    fn host_vals(&mut self) -> (f32, Vec<i32>) {
+        (1.0 + self.rank as f32, vec![self.rank as i32; 5])
+    }
+}
+
+graph! {
+    AllReduceOps(ns: [Node]) {
+        let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
+        let sum = allreduce([a, b, c, d, e, f, g, h, i, j], Sum);
+        let prod = allreduce([a, b, c, d, e, f, g, h, i, j], Prod);
+        let lo = allreduce([a, b, c, d, e, f, g, h, i, j], Min);
+        let hi = allreduce([a, b, c, d, e, f, g, h, i, j], Max);
+        let avg = allreduce([a, b, c, d, e, f, g, h, i, j], Avg);
+        (sum, prod, lo, hi, avg)
+    }
+
+    ReduceScatterOps(ns: [Node]) {
+        let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
+        let sum = reducescatter([a, b, c, d, e, f, g, h, i, j], Sum);
+        let prod = reducescatter([a, b, c, d, e, f, g, h, i, j], Prod);
+        let lo = reducescatter([a, b, c, d, e, f, g, h, i, j], Min);
+        let hi = reducescatter([a, b, c, d, e, f, g, h, i, j], Max);
+        let avg = reducescatter([a, b, c, d, e, f, g, h, i, j], Avg);
+        (sum, prod, lo, hi, avg)
+    }
+
+    ReduceOps(ns: [Node]) {
+        let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
+        let sum = reduce([a, b, c, d, e, f, g, h, i, j], Sum, 0);
+        let prod = reduce([a, b, c, d, e, f, g, h, i, j], Prod, 0);
+        let lo = reduce([a, b, c, d, e, f, g, h, i, j], Min, 0);
+        let hi = reduce([a, b, c, d, e, f, g, h, i, j], Max, 0);
+        let avg = reduce([a, b, c, d, e, f, g, h, i, j], Avg, 0);
+        (sum, prod, lo, hi, avg)
+    }
+
+    GatherBroadcast(ns: [Node]) {
+        let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
+        let gathered = allgather([a, b, c, d, e, f, g, h, i, j]);
+        let sent = broadcast([a, b, c, d, e, f, g, h, i, j], 1);
+        (gathered, sent)
+    }
+
+    Mixed(ns: [Node]) {
+        let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
+        let (loss, counts) = ns.host_vals();
+        allreduce([a, b, c, d, e, f, g, h, i, j, loss, counts], Sum)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Coll {
+    AllReduce(ReduceOp),
+    ReduceScatter(ReduceOp),
+    /// Root 0.
+    Reduce(ReduceOp),
+    AllGather,
+    /// Root 1.
+    Broadcast,
+}
+
+/// What rank `rank` of `ranks` gets for slot `slot` (`None`: a reduce off the root), and
+/// its shape.
+fn expected<E: Val>(
+    coll: Coll,
+    slot: usize,
+    rank: usize,
+    ranks: usize,
+) -> Option<(Vec<E>, Vec<usize>)> {
+    let shape = SHAPES[slot];
+    let len = shape.iter().product();
+    let inputs: Vec<Vec<E>> = (0..ranks).map(|r| values(slot as i64, r, len)).collect();
+    let srcs: Vec<&[E]> = inputs.iter().map(Vec::as_slice).collect();
+    let mut out_shape = shape.to_vec();
+    let data = match coll {
+        Coll::AllReduce(op) => reduce_reference(&srcs, op),
+        Coll::Reduce(op) if rank == 0 => reduce_reference(&srcs, op),
+        Coll::Reduce(_) => return None,
+        Coll::ReduceScatter(op) => {
+            let all = reduce_reference(&srcs, op);
+            let chunk = len / ranks;
+            out_shape[0] /= ranks;
+            all[rank * chunk..(rank + 1) * chunk].to_vec()
+        }
+        Coll::AllGather => {
+            out_shape[0] *= ranks;
+            inputs.concat()
+        }
+        Coll::Broadcast => inputs[1].clone(),
+    };
+    Some((data, out_shape))
+}
+
+/// Where a result is: its global rank and its place in this process (its GPU).
+#[derive(Clone, Copy)]
+struct At {
+    rank: usize,
+    local: usize,
+    ranks: usize,
+}
+
+fn check<E: Val>(got: &Tensor<E>, coll: Coll, slot: usize, at: At) {
+    let what = format!(
+        "{coll:?} of {} (slot {slot}) on rank {} of {}",
+        E::DTYPE,
+        at.rank,
+        at.ranks
+    );
+    let (want, shape) = expected::<E>(coll, slot, at.rank, at.ranks).expect("a result here");
+    assert_eq!(got.device_ordinal(), Some(at.local), "{what}: on the GPU");
+    assert_eq!(got.shape(), &shape[..], "{what}: shape");
+    assert_eq!(host(got), want, "{what}: values");
+}
+
+fn check_opt<E: Val>(got: &Option<Tensor<E>>, coll: Coll, slot: usize, at: At) {
+    match got {
+        Some(t) => check(t, coll, slot, at),
+        None => assert!(
+            expected::<E>(coll, slot, at.rank, at.ranks).is_none(),
+            "{coll:?} of {} (slot {slot}): no result on rank {}",
+            E::DTYPE,
+            at.rank
+        ),
+    }
+}
+
+/// Checks the ten results of one stage (`$check` is `check` or `check_opt`).
+macro_rules! check_bucket {
+    ($check:ident, $out:expr, $coll:expr, $at:expr) => {{
+        let (o, c, at) = (&$out, $coll, $at);
+        $check::<f32>(&o.0, c, 0, at);
+        $check::<f64>(&o.1, c, 1, at);
+        $check::<f16>(&o.2, c, 2, at);
+        $check::<bf16>(&o.3, c, 3, at);
+        $check::<i8>(&o.4, c, 4, at);
+        $check::<u8>(&o.5, c, 5, at);
+        $check::<i32>(&o.6, c, 6, at);
+        $check::<u32>(&o.7, c, 7, at);
+        $check::<i64>(&o.8, c, 8, at);
+        $check::<u64>(&o.9, c, 9, at);
+    }};
+}
+
+// ---------------------------------------------------------------------------------------
+// Failures: a method error on one rank, a shape mismatch between processes.
+
+struct Flaky {
+    rank: usize,
+}
+
+#[actor]
+impl Flaky {
+    /// Fails on global rank `fail`.
+    fn grad(&mut self, fail: &usize) -> Result<Tensor<f32>, String> {
+        if *fail == self.rank {
+            return Err(format!("rank {} was asked to fail", self.rank));
+        }
+        let dev = current_device().map_err(|e| e.to_string())?;
+        Tensor::full([16], 1.0 + self.rank as f32)
+            .to_device(&dev)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Global rank r returns `lens[r]` elements on its GPU.
+    fn part(&mut self, lens: &[usize; 2]) -> Result<Tensor<f32>, BoxError> {
+        Ok(Tensor::full([lens[self.rank]], 1.0).to_device(&current_device()?)?)
+    }
+}
+
+graph! {
+    FailOn(ns: [Flaky], fail: usize) {
+        let g = ns.grad(fail);
+        allreduce(g)
+    }
+
+    Parts(ns: [Flaky], lens: [usize; 2]) {
+        let a = ns.part(lens);
+        allreduce(a)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The worker: what every process of a run does.
+
+#[test]
+fn worker() {
+    let Some((scenario, layout)) = mpirun::scenario() else {
+        return; // run by `mpirun` only
+    };
+    let mpi = Mpi::init().unwrap();
+    assert_eq!(mpi.processes(), layout.len());
+    let process = mpi.process();
+    let n = layout[process];
+    let first: usize = layout[..process].iter().sum();
+    let ranks: usize = layout.iter().sum();
+    let backend = Nccl::over_mpi(&mpi, 0..n).unwrap();
+    let at = |local: usize| At {
+        rank: first + local,
+        local,
+        ranks,
+    };
+    let nodes = || {
+        (first..first + n)
+            .map(|rank| Node { rank })
+            .collect::<Vec<_>>()
+    };
+    let flaky = || {
+        (first..first + n)
+            .map(|rank| Flaky { rank })
+            .collect::<Vec<_>>()
+    };
+    match scenario.as_str() {
+        "nccl-collectives" => {
+            let mut g = AllReduceOps::launch(nodes(), &backend).unwrap();
+            assert_eq!(g.ranks("ns").unwrap(), first..first + n);
+            for (l, (sum, prod, lo, hi, avg)) in g.execute().unwrap().iter().enumerate() {
+                for (res, op) in [sum, prod, lo, hi, avg].into_iter().zip(ReduceOp::ALL) {
+                    check_bucket!(check, *res, Coll::AllReduce(op), at(l));
+                }
+            }
+            g.teardown().unwrap();
+            let mut g = ReduceScatterOps::launch(nodes(), &backend).unwrap();
+            for (l, (sum, prod, lo, hi, avg)) in g.execute().unwrap().iter().enumerate() {
+                for (res, op) in [sum, prod, lo, hi, avg].into_iter().zip(ReduceOp::ALL) {
+                    check_bucket!(check, *res, Coll::ReduceScatter(op), at(l));
+                }
+            }
+            g.teardown().unwrap();
+            let mut g = ReduceOps::launch(nodes(), &backend).unwrap();
+            for (l, (sum, prod, lo, hi, avg)) in g.execute().unwrap().iter().enumerate() {
+                for (res, op) in [sum, prod, lo, hi, avg].into_iter().zip(ReduceOp::ALL) {
+                    check_bucket!(check_opt, *res, Coll::Reduce(op), at(l));
+                }
+            }
+            g.teardown().unwrap();
+            let mut g = GatherBroadcast::launch(nodes(), &backend).unwrap();
+            for _ in 0..3 {
+                for (l, (gathered, sent)) in g.execute().unwrap().iter().enumerate() {
+                    check_bucket!(check, *gathered, Coll::AllGather, at(l));
+                    check_bucket!(check, *sent, Coll::Broadcast, at(l));
+                }
+            }
+            g.teardown().unwrap();
+        }
+        "nccl-mixed" => {
+            let mut g = Mixed::launch(nodes(), &backend).unwrap();
+            for _ in 0..3 {
+                let out = g.execute().unwrap();
+                assert_eq!(out.len(), n);
+                for (l, o) in out.iter().enumerate() {
+                    let sum = Coll::AllReduce(ReduceOp::Sum);
+                    check::<f32>(&o.0, sum, 0, at(l));
+                    check::<f64>(&o.1, sum, 1, at(l));
+                    check::<f16>(&o.2, sum, 2, at(l));
+                    check::<bf16>(&o.3, sum, 3, at(l));
+                    check::<i8>(&o.4, sum, 4, at(l));
+                    check::<u8>(&o.5, sum, 5, at(l));
+                    check::<i32>(&o.6, sum, 6, at(l));
+                    check::<u32>(&o.7, sum, 7, at(l));
+                    check::<i64>(&o.8, sum, 8, at(l));
+                    check::<u64>(&o.9, sum, 9, at(l));
+                    // Host values come back as host values, summed over every rank.
+                    let loss: f32 = (0..ranks).map(|r| 1.0 + r as f32).sum();
+                    let count: i32 = (0..ranks as i32).sum();
+                    assert_eq!((o.10, &o.11), (loss, &vec![count; 5]));
+                }
+            }
+            g.teardown().unwrap();
+        }
+        "nccl-failures" => {
+            let mut g = FailOn::launch(flaky(), &backend).unwrap();
+            for fail in [1, 0] {
+                // Every process: the failed rank's own error, named alike.
+                match g.execute(fail) {
+                    Err(Error::Method {
+                        group,
+                        rank,
+                        method,
+                        source,
+                    }) => {
+                        assert_eq!((group, rank, method), ("ns", fail, "grad"));
+                        assert_eq!(source.to_string(), format!("rank {fail} was asked to fail"));
+                    }
+                    other => panic!("process {process}: expected Error::Method, got {other:?}"),
+                }
+                // The graph stays usable.
+                let out = g.execute(usize::MAX).unwrap();
+                for t in &out {
+                    assert_eq!(host(t), vec![3.0; 16]);
+                }
+            }
+            g.teardown().unwrap();
+            let mut g = Parts::launch(flaky(), &backend).unwrap();
+            match g.execute([10, 20]) {
+                Err(Error::ShapeMismatch { slot, counts, .. }) => {
+                    assert_eq!(slot, 0);
+                    assert_eq!(counts, vec![(DType::F32, 10), (DType::F32, 20)]);
+                }
+                other => panic!("process {process}: expected ShapeMismatch, got {other:?}"),
+            }
+            for t in &g.execute([7, 7]).unwrap() {
+                assert_eq!(host(t), vec![2.0; 7]);
+            }
+            g.teardown().unwrap();
+        }
+        "nccl-launch" => {
+            // Process 1 has two actors and two GPUs, process 0 one: fine. Then process 0
+            // gives its one GPU two actors: the same error on every process, and nothing
+            // waits in NCCL for it.
+            let mut g = AllReduceOps::launch(nodes(), &backend).unwrap();
+            g.execute().unwrap();
+            g.teardown().unwrap();
+            let two = vec![Node { rank: 0 }, Node { rank: 1 }];
+            let actors = if process == 0 { two } else { nodes() };
+            match AllReduceOps::launch(actors, &backend) {
+                Err(Error::Backend(message)) => assert!(
+                    message.contains("process 0 gives group `ns` 2 actor(s) and has 1 GPU(s)"),
+                    "{message}"
+                ),
+                Err(other) => panic!("process {process}: expected Error::Backend, got {other:?}"),
+                Ok(_) => panic!("process {process}: the launch went through"),
+            }
+            let mut g = AllReduceOps::launch(nodes(), &backend).unwrap();
+            g.execute().unwrap();
+            g.teardown().unwrap();
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+    drop(backend);
+    println!("scenario done");
+}
