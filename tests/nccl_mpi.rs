@@ -15,15 +15,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use actorgraph::comm::reduce_reference;
 use actorgraph::half::{bf16, f16};
 use actorgraph::mpi::Mpi;
-use actorgraph::nccl::{current_device, Device, Nccl};
+use actorgraph::nccl::{current_device, Nccl};
 use actorgraph::prelude::*;
-use actorgraph::{BoxError, DType, Element};
+use actorgraph::{BoxError, DType};
 
 #[path = "support/mpirun.rs"]
 mod mpirun;
+
+#[macro_use]
+#[path = "support/gpu_bucket.rs"]
+mod gpu_bucket;
+use gpu_bucket::*;
 
 use mpirun::{passes_env, SHM, TCP};
 
@@ -87,102 +91,17 @@ fn launches_that_differ_between_processes_fail_on_every_process() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Values: small integers, exact in every dtype.
+// A mixed bucket: every dtype on the GPU, and host values.
 
-trait Val: Element {
-    fn of(v: i64) -> Self;
-}
-
-macro_rules! val_as {
-    ($($t:ty),*) => {
-        $(impl Val for $t {
-            fn of(v: i64) -> Self {
-                v as $t
-            }
-        })*
-    };
-}
-val_as!(f32, f64, i8, u8, i32, u32, i64, u64);
-
-impl Val for f16 {
-    fn of(v: i64) -> Self {
-        f16::from_f32(v as f32)
-    }
-}
-
-impl Val for bf16 {
-    fn of(v: i64) -> Self {
-        bf16::from_f32(v as f32)
-    }
-}
-
-/// `len` values of rank `rank`, in `[-4, 4 + rank]`: products of two stay exact in `bf16`.
-fn values<E: Val>(seed: i64, rank: usize, len: usize) -> Vec<E> {
-    (0..len as i64)
-        .map(|i| E::of((i * 5 + seed).rem_euclid(9) - 4 + rank as i64))
-        .collect()
-}
-
-fn on_gpu<E: Val>(d: &Device, seed: i64, rank: usize, shape: &[usize]) -> Result<Tensor<E>, Error> {
-    let len = shape.iter().product();
-    Tensor::from_vec(values(seed, rank, len), shape)?.to_device(d)
-}
-
-fn host<E: Element>(t: &Tensor<E>) -> Vec<E> {
-    t.to_host().expect("copy to the host").to_vec()
-}
-
-/// One GPU tensor of every dtype.
-type Bucket = (
-    Tensor<f32>,
-    Tensor<f64>,
-    Tensor<f16>,
-    Tensor<bf16>,
-    Tensor<i8>,
-    Tensor<u8>,
-    Tensor<i32>,
-    Tensor<u32>,
-    Tensor<i64>,
-    Tensor<u64>,
-);
-
-/// The shape of each slot of a [`Bucket`]: first dimensions divide by 1, 2 and 3 ranks.
-const SHAPES: [&[usize]; 10] = [
-    &[6, 2],
-    &[6],
-    &[12],
-    &[6],
-    &[6, 2],
-    &[12],
-    &[6],
-    &[6],
-    &[12],
-    &[6],
-];
-
-struct Node {
+struct Mixer {
     /// The global rank.
     rank: usize,
 }
 
 #[actor]
-impl Node {
-    /// Slot `k` holds `values(k, rank, ..)` of shape `SHAPES[k]`, on this actor's GPU.
+impl Mixer {
     fn bucket(&mut self) -> Result<Bucket, BoxError> {
-        let d = current_device()?;
-        let r = self.rank;
-        Ok((
-            on_gpu(&d, 0, r, SHAPES[0])?,
-            on_gpu(&d, 1, r, SHAPES[1])?,
-            on_gpu(&d, 2, r, SHAPES[2])?,
-            on_gpu(&d, 3, r, SHAPES[3])?,
-            on_gpu(&d, 4, r, SHAPES[4])?,
-            on_gpu(&d, 5, r, SHAPES[5])?,
-            on_gpu(&d, 6, r, SHAPES[6])?,
-            on_gpu(&d, 7, r, SHAPES[7])?,
-            on_gpu(&d, 8, r, SHAPES[8])?,
-            on_gpu(&d, 9, r, SHAPES[9])?,
-        ))
+        Node { rank: self.rank }.bucket()
     }
 
     /// Host values beside GPU ones: a scalar and a `Vec`.
@@ -192,141 +111,11 @@ impl Node {
 }
 
 graph! {
-    AllReduceOps(ns: [Node]) {
-        let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
-        let sum = allreduce([a, b, c, d, e, f, g, h, i, j], Sum);
-        let prod = allreduce([a, b, c, d, e, f, g, h, i, j], Prod);
-        let lo = allreduce([a, b, c, d, e, f, g, h, i, j], Min);
-        let hi = allreduce([a, b, c, d, e, f, g, h, i, j], Max);
-        let avg = allreduce([a, b, c, d, e, f, g, h, i, j], Avg);
-        (sum, prod, lo, hi, avg)
-    }
-
-    ReduceScatterOps(ns: [Node]) {
-        let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
-        let sum = reducescatter([a, b, c, d, e, f, g, h, i, j], Sum);
-        let prod = reducescatter([a, b, c, d, e, f, g, h, i, j], Prod);
-        let lo = reducescatter([a, b, c, d, e, f, g, h, i, j], Min);
-        let hi = reducescatter([a, b, c, d, e, f, g, h, i, j], Max);
-        let avg = reducescatter([a, b, c, d, e, f, g, h, i, j], Avg);
-        (sum, prod, lo, hi, avg)
-    }
-
-    ReduceOps(ns: [Node]) {
-        let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
-        let sum = reduce([a, b, c, d, e, f, g, h, i, j], Sum, 0);
-        let prod = reduce([a, b, c, d, e, f, g, h, i, j], Prod, 0);
-        let lo = reduce([a, b, c, d, e, f, g, h, i, j], Min, 0);
-        let hi = reduce([a, b, c, d, e, f, g, h, i, j], Max, 0);
-        let avg = reduce([a, b, c, d, e, f, g, h, i, j], Avg, 0);
-        (sum, prod, lo, hi, avg)
-    }
-
-    GatherBroadcast(ns: [Node]) {
-        let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
-        let gathered = allgather([a, b, c, d, e, f, g, h, i, j]);
-        let sent = broadcast([a, b, c, d, e, f, g, h, i, j], 1);
-        (gathered, sent)
-    }
-
-    Mixed(ns: [Node]) {
+    Mixed(ns: [Mixer]) {
         let (a, b, c, d, e, f, g, h, i, j) = ns.bucket();
         let (loss, counts) = ns.host_vals();
         allreduce([a, b, c, d, e, f, g, h, i, j, loss, counts], Sum)
     }
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Coll {
-    AllReduce(ReduceOp),
-    ReduceScatter(ReduceOp),
-    /// Root 0.
-    Reduce(ReduceOp),
-    AllGather,
-    /// Root 1.
-    Broadcast,
-}
-
-/// What rank `rank` of `ranks` gets for slot `slot` (`None`: a reduce off the root), and
-/// its shape.
-fn expected<E: Val>(
-    coll: Coll,
-    slot: usize,
-    rank: usize,
-    ranks: usize,
-) -> Option<(Vec<E>, Vec<usize>)> {
-    let shape = SHAPES[slot];
-    let len = shape.iter().product();
-    let inputs: Vec<Vec<E>> = (0..ranks).map(|r| values(slot as i64, r, len)).collect();
-    let srcs: Vec<&[E]> = inputs.iter().map(Vec::as_slice).collect();
-    let mut out_shape = shape.to_vec();
-    let data = match coll {
-        Coll::AllReduce(op) => reduce_reference(&srcs, op),
-        Coll::Reduce(op) if rank == 0 => reduce_reference(&srcs, op),
-        Coll::Reduce(_) => return None,
-        Coll::ReduceScatter(op) => {
-            let all = reduce_reference(&srcs, op);
-            let chunk = len / ranks;
-            out_shape[0] /= ranks;
-            all[rank * chunk..(rank + 1) * chunk].to_vec()
-        }
-        Coll::AllGather => {
-            out_shape[0] *= ranks;
-            inputs.concat()
-        }
-        Coll::Broadcast => inputs[1].clone(),
-    };
-    Some((data, out_shape))
-}
-
-/// Where a result is: its global rank and its place in this process (its GPU).
-#[derive(Clone, Copy)]
-struct At {
-    rank: usize,
-    local: usize,
-    ranks: usize,
-}
-
-fn check<E: Val>(got: &Tensor<E>, coll: Coll, slot: usize, at: At) {
-    let what = format!(
-        "{coll:?} of {} (slot {slot}) on rank {} of {}",
-        E::DTYPE,
-        at.rank,
-        at.ranks
-    );
-    let (want, shape) = expected::<E>(coll, slot, at.rank, at.ranks).expect("a result here");
-    assert_eq!(got.device_ordinal(), Some(at.local), "{what}: on the GPU");
-    assert_eq!(got.shape(), &shape[..], "{what}: shape");
-    assert_eq!(host(got), want, "{what}: values");
-}
-
-fn check_opt<E: Val>(got: &Option<Tensor<E>>, coll: Coll, slot: usize, at: At) {
-    match got {
-        Some(t) => check(t, coll, slot, at),
-        None => assert!(
-            expected::<E>(coll, slot, at.rank, at.ranks).is_none(),
-            "{coll:?} of {} (slot {slot}): no result on rank {}",
-            E::DTYPE,
-            at.rank
-        ),
-    }
-}
-
-/// Checks the ten results of one stage (`$check` is `check` or `check_opt`).
-macro_rules! check_bucket {
-    ($check:ident, $out:expr, $coll:expr, $at:expr) => {{
-        let (o, c, at) = (&$out, $coll, $at);
-        $check::<f32>(&o.0, c, 0, at);
-        $check::<f64>(&o.1, c, 1, at);
-        $check::<f16>(&o.2, c, 2, at);
-        $check::<bf16>(&o.3, c, 3, at);
-        $check::<i8>(&o.4, c, 4, at);
-        $check::<u8>(&o.5, c, 5, at);
-        $check::<i32>(&o.6, c, 6, at);
-        $check::<u32>(&o.7, c, 7, at);
-        $check::<i64>(&o.8, c, 8, at);
-        $check::<u64>(&o.9, c, 9, at);
-    }};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -384,8 +173,13 @@ fn worker() {
     let backend = Nccl::over_mpi(&mpi, 0..n).unwrap();
     let at = |local: usize| At {
         rank: first + local,
-        local,
         ranks,
+        gpu: local,
+    };
+    let mixers = || {
+        (first..first + n)
+            .map(|rank| Mixer { rank })
+            .collect::<Vec<_>>()
     };
     let nodes = || {
         (first..first + n)
@@ -431,7 +225,7 @@ fn worker() {
             g.teardown().unwrap();
         }
         "nccl-mixed" => {
-            let mut g = Mixed::launch(nodes(), &backend).unwrap();
+            let mut g = Mixed::launch(mixers(), &backend).unwrap();
             for _ in 0..3 {
                 let out = g.execute().unwrap();
                 assert_eq!(out.len(), n);

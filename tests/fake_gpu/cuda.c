@@ -97,19 +97,24 @@ double fake_timeout_s(void) {
     return t > 0 ? t : 60;
 }
 
-void fake_wait(const char *what, double *waited) {
+void fake_cond_wait(pthread_cond_t *c, pthread_mutex_t *m, long ms, const char *what,
+                    double *waited) {
     struct timespec at;
     clock_gettime(CLOCK_REALTIME, &at);
-    at.tv_nsec += 100 * 1000 * 1000;
+    at.tv_nsec += ms * 1000 * 1000;
     if (at.tv_nsec >= 1000000000) {
         at.tv_sec += 1;
         at.tv_nsec -= 1000000000;
     }
-    if (pthread_cond_timedwait(&cond, &mu, &at) == ETIMEDOUT) {
-        *waited += 0.1;
+    if (pthread_cond_timedwait(c, m, &at) == ETIMEDOUT) {
+        *waited += (double)ms / 1000;
         if (*waited > fake_timeout_s())
             fake_die("waited more than %.0f s: %s", fake_timeout_s(), what);
     }
+}
+
+void fake_wait(const char *what, double *waited) {
+    fake_cond_wait(&cond, &mu, 100, what, waited);
 }
 
 /* ---- devices and contexts ---- */

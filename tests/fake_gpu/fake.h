@@ -20,6 +20,10 @@ void fake_wait(const char *what, double *waited);
 void fake_broadcast(void);
 /* FAKE_GPU_TIMEOUT_S (default 60): how long any wait of the simulation may last. */
 double fake_timeout_s(void);
+/* Waits on `c` (with `m` held) for at most `ms` milliseconds, adding the time to `waited`
+ * when nothing woke it; aborts as fake_wait does once `waited` passes the timeout. */
+void fake_cond_wait(pthread_cond_t *c, pthread_mutex_t *m, long ms, const char *what,
+                    double *waited);
 
 /* Queues `run(arg)` on `stream` (NULL: the legacy default stream, which runs it at once,
  * on the caller's thread). `run` is called with the lock held; `arg` is then freed. */

@@ -39,7 +39,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "fake.h"
@@ -184,18 +183,7 @@ static unsigned char *shm_slot(shared *s, int parity, int rank) {
 
 /* Waits on the segment's condition (its mutex held), as fake_wait does on the process's. */
 static void shm_wait(shared *s, const char *what, double *waited) {
-    struct timespec at;
-    clock_gettime(CLOCK_REALTIME, &at);
-    at.tv_nsec += 20 * 1000 * 1000;
-    if (at.tv_nsec >= 1000000000) {
-        at.tv_sec += 1;
-        at.tv_nsec -= 1000000000;
-    }
-    if (pthread_cond_timedwait(&s->cond, &s->mu, &at) == ETIMEDOUT) {
-        *waited += 0.02;
-        if (*waited > fake_timeout_s())
-            fake_die("waited more than %.0f s: %s", fake_timeout_s(), what);
-    }
+    fake_cond_wait(&s->cond, &s->mu, 20, what, waited);
 }
 
 static void shm_lock(shared *s) { pthread_mutex_lock(&s->mu); }

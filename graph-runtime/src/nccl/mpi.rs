@@ -414,8 +414,11 @@ mod tests {
             })),
             launched: false,
             failed: false,
-            slots: vec![SlotDesc::flat(DType::F32, 10), SlotDesc::flat(DType::U8, 3)],
-            dims: vec![10, 3],
+            slots: vec![
+                SlotDesc::shaped(DType::F32, &[5, 2]).unwrap(),
+                SlotDesc::flat(DType::U8, 3),
+            ],
+            dims: vec![5, 2],
         };
         let b = Post {
             round: Some(7),
