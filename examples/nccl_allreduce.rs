@@ -12,6 +12,15 @@
 //!     [--gpus N] [--steps S] [--elems E]
 //! ```
 //!
+//! With the feature `mpi` too, `--mpi` runs it across processes, one NCCL communicator
+//! over every GPU of every process (`Nccl::over_mpi`): each process of `mpirun` hosts
+//! `--gpus` workers (default 1) on its GPUs `0..gpus`.
+//!
+//! ```text
+//! cargo build --release --features nccl,mpi --example nccl_allreduce
+//! mpirun -np 2 target/release/examples/nccl_allreduce --mpi
+//! ```
+//!
 //! Needs the NVIDIA driver and NCCL (see docs/nccl.md). Without them, or without a GPU, it
 //! says what is missing and how to fix it, and exits with status 1.
 
@@ -29,7 +38,8 @@ const WARMUP: usize = 5;
 const USAGE: &str = "usage: nccl_allreduce [--gpus N] [--steps S] [--elems E]
   --gpus N    workers, one per GPU: GPUs 0..N (default: every GPU)
   --steps S   timed steps, 1..=100000 (default 50)
-  --elems E   f32 elements of each gradient, 1..=1073741824 (default 4194304: 16 MiB)";
+  --elems E   f32 elements of each gradient, 1..=1073741824 (default 4194304: 16 MiB)
+  --mpi       (feature `mpi`) across the processes of `mpirun`: --gpus per process (default 1)";
 
 /// Rank `rank`'s gradient element `i`: a multiple of 1/8 times `rank + 1`, so that the
 /// average over n ranks is `base(i) * (n + 1) / 2`.
@@ -84,6 +94,8 @@ struct Args {
     gpus: Option<usize>,
     steps: usize,
     elems: usize,
+    /// Across the processes of `mpirun`.
+    mpi: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -91,12 +103,20 @@ fn parse_args() -> Result<Args, String> {
         gpus: None,
         steps: 50,
         elems: 4 << 20,
+        mpi: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "-h" || flag == "--help" {
             println!("{USAGE}");
             std::process::exit(0);
+        }
+        if flag == "--mpi" {
+            if cfg!(not(feature = "mpi")) {
+                return Err("--mpi needs the example built with the feature `mpi`".into());
+            }
+            args.mpi = true;
+            continue;
         }
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
@@ -115,18 +135,24 @@ fn close(got: f32, want: f32) -> bool {
     (got - want).abs() <= 1e-5 * want.abs().max(1.0)
 }
 
-/// Compares every rank's results with the expected averages; prints and returns whether
-/// they all match.
-fn check(out: &[(Tensor<f32>, f32)], n: usize, elems: usize) -> Result<bool, actorgraph::Error> {
+/// Compares the results of this process's ranks (global ranks `first..`, on its GPUs
+/// `0..`) of `n` with the expected averages; prints and returns whether they all match.
+fn check(
+    out: &[(Tensor<f32>, f32)],
+    first: usize,
+    n: usize,
+    elems: usize,
+) -> Result<bool, actorgraph::Error> {
     let scale = (n + 1) as f32 / 2.0;
     let want_loss = (1..=n).map(|r| r as f32).sum::<f32>() / n as f32;
     let mut ok = true;
     let mut first_bits: Option<Vec<u32>> = None;
     let mut identical = true;
-    for (rank, (grad, loss)) in out.iter().enumerate() {
-        if grad.device_ordinal() != Some(rank) {
+    for (gpu, (grad, loss)) in out.iter().enumerate() {
+        let rank = first + gpu;
+        if grad.device_ordinal() != Some(gpu) {
             eprintln!(
-                "FAIL: rank {rank}'s result is on {:?}, not on GPU {rank}",
+                "FAIL: rank {rank}'s result is on {:?}, not on GPU {gpu}",
                 grad.device_ordinal()
             );
             ok = false;
@@ -181,7 +207,9 @@ fn run(args: &Args) -> Result<bool, Box<dyn StdError>> {
     if count == 0 {
         return Err("the CUDA driver sees no GPU: this example needs at least one".into());
     }
-    let n = args.gpus.unwrap_or(count);
+    #[cfg(feature = "mpi")]
+    let mpi = args.mpi.then(actorgraph::mpi::Mpi::init).transpose()?;
+    let n = args.gpus.unwrap_or(if args.mpi { 1 } else { count });
     let backend = Nccl::new(0..n)?;
     for &ordinal in backend.devices() {
         let name = Device::new(ordinal)?
@@ -190,14 +218,23 @@ fn run(args: &Args) -> Result<bool, Box<dyn StdError>> {
             .unwrap_or_else(|e| format!("(name unknown: {e})"));
         println!("  GPU {ordinal}: {name}");
     }
-    let workers: Vec<_> = (0..n)
-        .map(|rank| Worker {
-            rank,
-            elems: args.elems,
-            grad: None,
-        })
-        .collect();
-    let mut g = AllreduceStep::launch(workers, backend)?;
+    // Each worker learns its rank in the whole group, which spans processes under MPI.
+    let elems = args.elems;
+    let workers = Actors::each(n, move |rank, _| Worker {
+        rank,
+        elems,
+        grad: None,
+    });
+    let options = LaunchOptions::default();
+    #[cfg(feature = "mpi")]
+    let mut g = match &mpi {
+        Some(mpi) => AllreduceStep::launch_actors(workers, Nccl::over_mpi(mpi, 0..n)?, options)?,
+        None => AllreduceStep::launch_actors(workers, backend, options)?,
+    };
+    #[cfg(not(feature = "mpi"))]
+    let mut g = AllreduceStep::launch_actors(workers, backend, options)?;
+    let first = g.ranks("workers").ok_or("no group `workers`")?.start;
+    let n = g.group_size("workers").ok_or("no group `workers`")?;
     let bytes = args.elems * 4 + 4;
     println!(
         "allreduce([grad, loss], Avg) over {n} GPU(s): {} f32 + 1 f32 loss = {:.2} MiB per rank, \
@@ -221,7 +258,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn StdError>> {
         last = g.execute()?;
         elapsed += start.elapsed();
     }
-    let ok = check(&last, n, args.elems)?;
+    let ok = check(&last, first, n, args.elems)?;
     drop(last);
     g.teardown()?;
 

@@ -156,6 +156,20 @@ graph! {
     }
 }
 
+/// Makes the next allocation on simulated GPU `device` fail (tests/fake_gpu/fake.h).
+fn fail_next_alloc(device: i32) {
+    use actorgraph::nccl::cudarc;
+    // SAFETY: the simulated driver is loaded (the backend opened it); its
+    // `fake_gpu_fail_alloc` has this signature (tests/fake_gpu/fake.h).
+    unsafe {
+        let cuda = cudarc::driver::sys::culib();
+        let fail = cuda
+            .get::<unsafe extern "C" fn(i32, usize)>(b"fake_gpu_fail_alloc\0")
+            .expect("the simulated driver");
+        fail(device, 1);
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The worker: what every process of a run does.
 
@@ -304,6 +318,21 @@ fn worker() {
             }
             let mut g = AllReduceOps::launch(nodes(), &backend).unwrap();
             g.execute().unwrap();
+            g.teardown().unwrap();
+            // Process 1's second GPU cannot be opened: every rank of every process learns it
+            // before any calls `ncclCommInitRank` (where the others would wait for it for
+            // good), and the launch fails on every process.
+            if process == 1 {
+                fail_next_alloc(1);
+            }
+            match AllReduceOps::launch(nodes(), &backend) {
+                Err(e) => eprintln!("process {process}: the launch failed as it must: {e}"),
+                Ok(_) => panic!("process {process}: the launch went through"),
+            }
+            let mut g = AllReduceOps::launch(nodes(), &backend).unwrap();
+            for (l, (sum, ..)) in g.execute().unwrap().iter().enumerate() {
+                check_bucket!(check, *sum, Coll::AllReduce(ReduceOp::Sum), at(l));
+            }
             g.teardown().unwrap();
         }
         other => panic!("unknown scenario {other}"),
