@@ -56,6 +56,9 @@ struct Gen<'a> {
     sync: Vec<TokenStream>,
     /// Locals moved at their last use (the others live to the end of the step).
     moved: HashSet<Local>,
+    /// Whether a method runs after the group's last stage (or the group has no stage):
+    /// its schedule then ends with `SyncPoint::End`.
+    calls_after_stages: bool,
 }
 
 /// The step function of group `p.index` and its schedule of synchronizations (the
@@ -69,6 +72,7 @@ pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStrea
         uses: HashMap::new(),
         sync: Vec::new(),
         moved: HashSet::new(),
+        calls_after_stages: false,
     };
     gen.count_uses(p);
     let body: Vec<TokenStream> = sched
@@ -77,6 +81,11 @@ pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStrea
         .collect();
     let result = gen.result(p);
     let recycle = gen.recycle();
+    if gen.calls_after_stages {
+        // An error there reaches a group's other processes through one more, empty,
+        // stage (the runtime runs it only when the group spans processes).
+        gen.sync_point(quote!(#rt::SyncPoint::End));
+    }
 
     let decl = &g.groups[p.index];
     let actor = &decl.actor;
@@ -282,6 +291,7 @@ impl Gen<'_> {
                 parens,
                 ..
             } => {
+                self.calls_after_stages = true;
                 // A single-actor value is taken out of its `Option` first, so that a type
                 // error on it reads as a plain mismatch at the user's argument.
                 let mut held = Vec::new();
@@ -341,6 +351,7 @@ impl Gen<'_> {
                 checks,
             } => {
                 self.sync_point(quote!(#rt::SyncPoint::Stage(#stage)));
+                self.calls_after_stages = false;
                 let vals: Vec<StageValue> = args
                     .iter()
                     .zip(arg_spans)

@@ -15,6 +15,7 @@ pub use reduce::reduce_reference;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use crate::element::RegionMut;
 use crate::{DType, Element, Error};
@@ -490,24 +491,85 @@ pub enum StageError {
 /// assert!(flag.load(Ordering::SeqCst));
 /// ```
 #[derive(Clone)]
-pub struct AbortHandle(Option<Arc<dyn Fn() + Send + Sync>>);
+pub struct AbortHandle {
+    abort: Option<Arc<dyn Fn() + Send + Sync>>,
+    census: Option<Arc<Census>>,
+}
+
+/// See [`AbortHandle::with_census`].
+type Census = dyn Fn(&[RankState], Duration) -> Option<Vec<RankState>> + Send + Sync;
+
+/// Where a rank of a group was when an execution timed out (see
+/// [`AbortHandle::census`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RankState {
+    /// Its step of the execution was over.
+    Done,
+    /// In its own code: a method (the cause of a timeout).
+    InCode,
+    /// Waiting for the other ranks in a collective.
+    InCollective,
+    /// Waiting for a value of another actor, or for room to send one.
+    OnEdge,
+}
 
 impl AbortHandle {
     /// A handle that runs `abort` when used.
     pub fn new(abort: impl Fn() + Send + Sync + 'static) -> Self {
-        Self(Some(Arc::new(abort)))
+        Self {
+            abort: Some(Arc::new(abort)),
+            census: None,
+        }
     }
 
     /// A handle that does nothing, for communicators that cannot block.
     pub fn noop() -> Self {
-        Self(None)
+        Self {
+            abort: None,
+            census: None,
+        }
+    }
+
+    /// This handle, with the census of a group whose ranks live in several processes:
+    /// `census(mine, timeout)` takes the states of this process's ranks (in rank order)
+    /// and returns every rank's, by global rank, or `None` if the other processes did
+    /// not answer in time. Every process of the group calls it after the same timeout
+    /// (see [`census`](Self::census)).
+    pub fn with_census(
+        self,
+        census: impl Fn(&[RankState], Duration) -> Option<Vec<RankState>> + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            census: Some(Arc::new(census)),
+            ..self
+        }
     }
 
     /// Aborts the communicator.
     pub fn abort(&self) {
-        if let Some(f) = &self.0 {
+        if let Some(f) = &self.abort {
             f();
         }
+    }
+
+    /// After an execution of `timeout` timed out: every rank's state, by global rank,
+    /// from `mine`, the states of this process's ranks. `None` when the group lives in
+    /// this process (`mine` is every rank then) or its other processes did not answer.
+    ///
+    /// ```
+    /// use actorgraph::comm::{AbortHandle, RankState};
+    /// use std::time::Duration;
+    /// let alone = AbortHandle::noop();
+    /// assert_eq!(alone.census(&[RankState::InCode], Duration::ZERO), None);
+    /// // A stand-in for a second process whose one rank was waiting in a collective.
+    /// let two = AbortHandle::noop().with_census(|mine, _| {
+    ///     Some(mine.iter().copied().chain([RankState::InCollective]).collect())
+    /// });
+    /// let all = two.census(&[RankState::InCode], Duration::ZERO).unwrap();
+    /// assert_eq!(all, [RankState::InCode, RankState::InCollective]);
+    /// ```
+    pub fn census(&self, mine: &[RankState], timeout: Duration) -> Option<Vec<RankState>> {
+        self.census.as_ref().and_then(|c| c(mine, timeout))
     }
 }
 
@@ -800,6 +862,14 @@ pub trait Communicator: Send + 'static {
     /// send with the next stage. The default does nothing.
     fn note_failure(&mut self, error: &Error) {
         let _ = error;
+    }
+
+    /// Whether the group's ranks live in more than one process. A step whose methods run
+    /// after its last stage then ends with an empty stage, so that an error there reaches
+    /// the other processes as an error before a stage does. The default: `false` (the
+    /// driver of the one process sees every rank's error).
+    fn spans_processes(&self) -> bool {
+        false
     }
 }
 

@@ -13,7 +13,7 @@ use crate::comm::{Collective, Communicator};
 use crate::exec::edge::{Edge, Links, RecvError};
 use crate::exec::{Activity, IN_CODE, IN_COLLECTIVE, ON_EDGE};
 use crate::method::Method;
-use crate::{trace, Error};
+use crate::{trace, Error, ReduceOp};
 
 /// One operation of a group's step that waits for other actors, in the order the step runs
 /// them. `graph!` emits the list; a rank that fails runs the rest of it in "failed" mode
@@ -26,6 +26,10 @@ pub enum SyncPoint {
     Send(usize),
     /// Receiving from edge `idx` of the graph (by the ranks that read its value).
     Recv(usize),
+    /// The end of a step whose methods run after its last stage: an empty stage, run
+    /// only when the group spans processes ([`Communicator::spans_processes`]), so that a
+    /// method's error after the last stage reaches every process. Always last.
+    End,
 }
 
 /// The per-actor context of a generated step: calls methods, runs fused stages, moves
@@ -47,6 +51,9 @@ pub struct StepCtx<C> {
     /// Per schedule position, the last round whose send or receive there was done.
     marks: Box<[u64]>,
     links: Links,
+    /// The empty stage that ends each step, if the schedule ends with [`SyncPoint::End`]
+    /// and the group spans processes; `None` costs nothing.
+    end: Option<FusedStage>,
 }
 
 impl<C: Communicator> StepCtx<C> {
@@ -63,7 +70,6 @@ impl<C: Communicator> StepCtx<C> {
             group,
             rank: comm.rank(),
             local,
-            comm,
             stages: stage_names.iter().map(|&n| FusedStage::new(n)).collect(),
             round: 0,
             poisoned: None,
@@ -71,6 +77,9 @@ impl<C: Communicator> StepCtx<C> {
             schedule,
             marks: vec![0; schedule.len()].into_boxed_slice(),
             links,
+            end: (schedule.last() == Some(&SyncPoint::End) && comm.spans_processes())
+                .then(|| FusedStage::new("end of step")),
+            comm,
         }
     }
 
@@ -303,7 +312,7 @@ impl<C: Communicator> StepCtx<C> {
     ) -> Result<O, Error> {
         self.round += 1;
         let _span = trace::step(self.group, self.rank, self.round);
-        let result = match &self.poisoned {
+        let mut result = match &self.poisoned {
             Some(message) => Err(Error::Poisoned {
                 group: self.group,
                 rank: self.rank,
@@ -314,10 +323,35 @@ impl<C: Communicator> StepCtx<C> {
                 Err(payload) => Err(self.poison(None, payload)),
             },
         };
+        if result.is_ok() {
+            if let Err(e) = self.end_step() {
+                result = Err(e);
+            }
+        }
         if let Err(e) = &result {
             self.comm.note_failure(e);
             self.drain();
         }
+        result
+    }
+
+    /// The empty stage at the end of a step (see [`SyncPoint::End`]), if it has one: a
+    /// failure of a rank of another process after the last stage is this rank's error.
+    fn end_step(&mut self) -> Result<(), Error> {
+        let Some(st) = &mut self.end else {
+            return Ok(());
+        };
+        st.last_round = self.round;
+        st.begin();
+        st.prepare_on(&mut self.comm);
+        let activity = &self.activity[self.local].0;
+        activity.store(IN_COLLECTIVE, Relaxed);
+        let result = st.run(
+            &mut self.comm,
+            Collective::AllReduce(ReduceOp::Sum),
+            self.group,
+        );
+        activity.store(IN_CODE, Relaxed);
         result
     }
 
@@ -346,6 +380,11 @@ impl<C: Communicator> StepCtx<C> {
             match *point {
                 SyncPoint::Stage(idx) => {
                     if let Some(st) = self.stages.get_mut(idx) {
+                        skip_stage(st, &mut self.comm, round, activity);
+                    }
+                }
+                SyncPoint::End => {
+                    if let Some(st) = &mut self.end {
                         skip_stage(st, &mut self.comm, round, activity);
                     }
                 }

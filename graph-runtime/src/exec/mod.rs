@@ -43,7 +43,7 @@ use std::task::Waker;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::comm::{AbortHandle, Backend, Communicator};
+use crate::comm::{AbortHandle, Backend, Communicator, RankState};
 use crate::sync::prims::AtomicBool;
 use crate::sync::Epoch;
 use crate::{BoxError, Error};
@@ -539,12 +539,35 @@ where
     }
 
     fn time_out(&mut self, first_late: usize, timeout: Duration) -> Error {
-        let activity = |r: usize| self.shared.activity[r].0.load(Acquire);
-        let late = (first_late..self.len())
-            .filter(|&r| self.shared.slots[r].done.current() == self.done_seen[r]);
-        let (mut waiting, mut ranks): (Vec<usize>, Vec<usize>) =
-            late.partition(|&r| activity(r) != IN_CODE);
-        if ranks.is_empty() && waiting.iter().all(|&r| activity(r) == IN_COLLECTIVE) {
+        let mine: Vec<RankState> = (0..self.len())
+            .map(|r| {
+                if r < first_late || self.shared.slots[r].done.current() != self.done_seen[r] {
+                    return RankState::Done;
+                }
+                match self.shared.activity[r].0.load(Acquire) {
+                    IN_CODE => RankState::InCode,
+                    IN_COLLECTIVE => RankState::InCollective,
+                    _ => RankState::OnEdge,
+                }
+            })
+            .collect();
+        // Release this process's ranks first: the census may wait for the other processes.
+        self.abort.abort();
+        self.links.abort();
+        // Over several processes every one names every late rank, by global rank.
+        let (states, first) = match self.abort.census(&mine, timeout) {
+            Some(every) => (every, 0),
+            None => (mine, self.ranks.0.start),
+        };
+        let ranks_where = |f: fn(RankState) -> bool| -> Vec<usize> {
+            (0..states.len())
+                .filter(|&r| f(states[r]))
+                .map(|r| first + r)
+                .collect()
+        };
+        let mut ranks = ranks_where(|s| s == RankState::InCode);
+        let mut waiting = ranks_where(|s| matches!(s, RankState::InCollective | RankState::OnEdge));
+        if ranks.is_empty() && !states.contains(&RankState::OnEdge) {
             // Everyone late is inside a collective: the communicator itself is stuck. (When
             // some wait on an edge, the late actors are in another group, whose own timeout
             // names them: `ranks` stays empty and the graph reports that one.)

@@ -19,12 +19,16 @@
 //!
 //! Only safe code: the ranks of a process share buffers behind a lock, not pointers.
 
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use ::mpi::datatype::PartitionMut;
 use ::mpi::traits::Communicator as _;
 use ::mpi::traits::*;
 
+use super::late::Census;
+use super::wait::{self, Abandoned};
 use super::wire::{self, Failure, OwnedHeader};
 use super::{GroupLayout, SendComm, World};
 use crate::comm::reduce::{combine, finish, load, BLOCK};
@@ -59,7 +63,10 @@ struct Node {
     offsets: Vec<usize>,
     process: usize,
     size: usize,
-    // Last: the communicator in `leader` is freed before MPI may end.
+    /// Set by the abort handle: the leader gives up the MPI calls under way (see `wait`).
+    aborted: AtomicBool,
+    census: Census,
+    // Last: the communicators in `leader` and `census` are freed before MPI may end.
     _world: Arc<World>,
 }
 
@@ -157,10 +164,12 @@ impl MpiComm {
                 send: Bytes::default(),
                 headers: Vec::new(),
             }),
+            census: Census::new(layout.census, layout.counts.clone(), layout.process),
             counts: layout.counts,
             offsets: layout.offsets,
             process: layout.process,
             size,
+            aborted: AtomicBool::new(false),
             _world: world,
         });
         (0..n)
@@ -255,7 +264,19 @@ impl Communicator for MpiComm {
 
     fn abort_handle(&self) -> AbortHandle {
         let node = Arc::clone(&self.node);
-        AbortHandle::new(move || node.barrier.abort())
+        let abort = AbortHandle::new(move || {
+            node.aborted.store(true, Release);
+            node.barrier.abort();
+        });
+        if !self.spans_processes() {
+            return abort;
+        }
+        let node = Arc::clone(&self.node);
+        abort.with_census(move |mine, timeout| node.census.take(mine, timeout))
+    }
+
+    fn spans_processes(&self) -> bool {
+        self.node.counts.len() > 1
     }
 
     fn runs_on_any_thread(&self) -> bool {
@@ -344,6 +365,10 @@ impl Node {
         let leader = &mut *leader;
         let posts: Vec<MutexGuard<'_, Post>> = self.posts.iter().map(lock).collect();
         let mut shared = self.shared.write().unwrap_or_else(PoisonError::into_inner);
+        if self.stop() {
+            // No new MPI call after an abort: it would be matched with a given-up one.
+            return aborted(Abandoned);
+        }
         let header = match self.agree(leader, &posts, collective) {
             Ok(header) => header,
             Err(outcome) => return outcome,
@@ -351,6 +376,20 @@ impl Node {
         match self.payload(leader, &posts, &header, &mut shared) {
             Ok(()) => Outcome::Ok,
             Err(reason) => Outcome::Comm(reason),
+        }
+    }
+
+    /// Whether the group was aborted: its leader's MPI waits give up.
+    fn stop(&self) -> bool {
+        self.aborted.load(Acquire)
+    }
+
+    /// Leaves every buffer an abandoned request may reference to MPI (see `wait`).
+    fn abandon(leader: &mut Leader, shared: &mut Shared) {
+        wait::leak(&mut leader.send.0);
+        wait::leak(&mut leader.headers);
+        for b in shared.all.iter_mut().chain(shared.result.iter_mut()) {
+            wait::leak(&mut b.0);
         }
     }
 
@@ -376,7 +415,7 @@ impl Node {
         ];
         let processes = self.counts.len();
         let mut records = vec![0u64; 4 * processes];
-        leader.comm.0.all_gather_into(&mine[..], &mut records[..]);
+        wait::all_gather(&leader.comm.0, &mine, &mut records, || self.stop()).map_err(aborted)?;
         let fast = records
             .chunks_exact(4)
             .all(|r| r[0] == 0 && r[1] == 1 && r[2..] == mine[2..]);
@@ -397,10 +436,8 @@ impl Node {
             Failure::encode(p.failure.as_ref(), words);
         }
         let mut lens = vec![0u64; processes];
-        leader
-            .comm
-            .0
-            .all_gather_into(&(words.len() as u64), &mut lens[..]);
+        let len = [words.len() as u64];
+        wait::all_gather(&leader.comm.0, &len, &mut lens, || self.stop()).map_err(aborted)?;
         let counts: Vec<i32> = lens
             .iter()
             .map(|&n| i32::try_from(n).unwrap_or(i32::MAX))
@@ -415,13 +452,9 @@ impl Node {
             .collect();
         let total = lens.iter().sum::<u64>();
         let mut every = vec![0u64; usize::try_from(total).unwrap_or(0)];
-        {
-            let mut recv = PartitionMut::new(&mut every[..], &counts[..], &displs[..]);
-            leader
-                .comm
-                .0
-                .all_gather_varcount_into(&words[..], &mut recv);
-        }
+        let stop = || self.stop();
+        wait::all_gather_varcount(&leader.comm.0, words, counts, displs, &mut every, stop)
+            .map_err(aborted)?;
         let mut headers: Vec<(OwnedHeader, Option<Failure>)> = Vec::with_capacity(self.size);
         let mut rest = &every[..];
         let corrupt = || bad("a process sent headers that do not decode");
@@ -496,7 +529,7 @@ impl Node {
                 }
             }
             let root = leader.comm.0.process_at_rank(from as i32);
-            ::mpi::request::scope(|scope| {
+            let done = ::mpi::request::scope(|scope| {
                 let mut requests = Vec::with_capacity(dtypes.len());
                 for (d, buf) in shared.result.iter_mut().enumerate() {
                     let bytes = lens[d] * DType::ALL[d].size();
@@ -504,10 +537,14 @@ impl Node {
                         requests.push(root.immediate_broadcast_into(scope, buf.bytes_mut(bytes)));
                     }
                 }
-                for r in requests {
-                    r.wait();
-                }
+                // SAFETY: on `Err` every buffer of the requests is leaked below, under the
+                // locks, before anything else can reach it.
+                unsafe { wait::all(requests, || self.stop()) }
             });
+            if done.is_err() {
+                Self::abandon(leader, shared);
+                return Err(ABORTED.into());
+            }
             return Ok(());
         }
         // Every rank's inputs, gathered: this process's ranks' back to back first.
@@ -566,7 +603,7 @@ impl Node {
             ));
         }
         let comm = &leader.comm.0;
-        ::mpi::request::scope(|scope| {
+        let done = ::mpi::request::scope(|scope| {
             let mut at = 0;
             let mut requests = Vec::with_capacity(recvs.len());
             for (recv, &block) in recvs.iter_mut().zip(&blocks) {
@@ -575,11 +612,17 @@ impl Node {
                 requests.push(request);
                 at += block;
             }
-            for r in requests {
-                r.wait();
-            }
+            // SAFETY: on `Err` every buffer of the requests (the send buffer, the receive
+            // buffers and the partitions' counts and displacements) is leaked below, under
+            // the locks, before anything else can reach it.
+            unsafe { wait::all(requests, || self.stop()) }
         });
         drop(recvs);
+        if done.is_err() {
+            std::mem::forget(partitions);
+            Self::abandon(leader, shared);
+            return Err(ABORTED.into());
+        }
         let op = match header.collective {
             Collective::AllReduce(op)
             | Collective::ReduceScatter(op)
@@ -605,6 +648,12 @@ impl Node {
         (0..self.counts.len())
             .find(|&p| (self.offsets[p]..self.offsets[p] + self.counts[p]).contains(&rank))
     }
+}
+
+const ABORTED: &str = "aborted (an execution timed out), its MPI calls given up";
+
+fn aborted(_: Abandoned) -> Outcome {
+    Outcome::Comm(ABORTED.into())
 }
 
 /// `dst[i]` = rank 0's `i`-th element combined with rank 1's, then rank 2's, ... in the

@@ -39,6 +39,8 @@
 //! supported yet.
 
 mod comm;
+mod late;
+mod wait;
 pub(crate) mod wire;
 
 pub use comm::MpiComm;
@@ -110,6 +112,8 @@ pub(crate) struct GroupLayout {
     pub(crate) offsets: Vec<usize>,
     pub(crate) process: usize,
     pub(crate) comm: SendComm,
+    /// The communicator of the group's census after a timeout (see `late`).
+    pub(crate) census: SendComm,
 }
 
 impl GroupLayout {
@@ -315,6 +319,7 @@ impl Backend for Mpi {
         // leaders run stages at the same time never match each other's messages.
         for (group, counts, offsets) in layouts {
             let comm = SendComm(world.0.duplicate());
+            let census = SendComm(world.0.duplicate());
             joined.groups.push((
                 group,
                 GroupLayout {
@@ -322,6 +327,7 @@ impl Backend for Mpi {
                     offsets,
                     process: self.process(),
                     comm,
+                    census,
                 },
             ));
         }

@@ -1,0 +1,129 @@
+//! Waiting for MPI requests without blocking inside MPI, so that a timeout can stop it.
+//!
+//! A leader that blocked in `MPI_Wait` for a process whose actor never came would block
+//! forever: `execute_timeout` could not return. Here every wait polls `MPI_Testall` and
+//! gives up when told to stop (the group's communicator was aborted, or a census ran out of
+//! time). A collective request cannot be cancelled (`MPI_Cancel` is for point-to-point
+//! ones), so a request given up on stays pending in MPI, which may still read or write its
+//! buffers whenever the other processes make their part of the call: those buffers are
+//! leaked, never freed nor reused (see [`leak`]).
+
+use ::mpi::datatype::PartitionMut;
+use ::mpi::ffi;
+use ::mpi::request::{scope, Request, Scope};
+use ::mpi::topology::SimpleCommunicator;
+use ::mpi::traits::*;
+
+/// A wait given up on: the requests are still pending, their buffers leaked.
+#[derive(Debug)]
+pub(super) struct Abandoned;
+
+/// Polls before this many failed tests go without yielding the thread: a stage between
+/// processes of one machine completes within a few of them.
+const SPINS: u32 = 64;
+
+/// Waits until every request of `requests` is complete, or `stop()` says to give up.
+///
+/// # Safety
+///
+/// On `Err(Abandoned)` the requests are still pending: MPI may read and write the buffers
+/// they were made over at any later time. The caller must leak every one of those buffers
+/// (never free, reuse, read or write them again: [`leak`]) before it lets anything else
+/// reach them. On `Ok` every request is complete and its buffers are the caller's again.
+pub(super) unsafe fn all<'a, D: ?Sized + 'a, S: Scope<'a>>(
+    requests: Vec<Request<'a, D, S>>,
+    stop: impl Fn() -> bool,
+) -> Result<(), Abandoned> {
+    let mut raw: Vec<ffi::MPI_Request> = requests
+        .into_iter()
+        // SAFETY: `into_raw` only unregisters the request from its scope, so that a scope
+        // whose requests are given up on does not abort the process; the request is
+        // completed below, or its buffers are left to MPI by the caller (this function's
+        // contract).
+        .map(|r| unsafe { r.into_raw().0 })
+        .collect();
+    let count = i32::try_from(raw.len()).unwrap_or(i32::MAX);
+    let mut spins = 0u32;
+    loop {
+        let mut done = 0;
+        // SAFETY: `raw` holds `count` live requests (or `MPI_REQUEST_NULL` for the ones
+        // completed by an earlier test, which `MPI_Testall` skips); statuses are ignored.
+        unsafe {
+            ffi::MPI_Testall(
+                count,
+                raw.as_mut_ptr(),
+                &mut done,
+                ffi::RSMPI_STATUSES_IGNORE,
+            );
+        }
+        if done != 0 {
+            return Ok(());
+        }
+        if stop() {
+            return Err(Abandoned);
+        }
+        spins += 1;
+        if spins > SPINS {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Leaves a buffer of an abandoned request to MPI for good: its memory is never freed, so
+/// MPI may write into it whenever it completes the request; `buf` is left empty.
+pub(super) fn leak<T>(buf: &mut Vec<T>) {
+    std::mem::forget(std::mem::take(buf));
+}
+
+/// `MPI_Iallgather` of `mine` into `all` (one `mine` per process, in process order),
+/// waited for until `stop()`. On `Err` the buffers are leaked and `all` is empty.
+pub(super) fn all_gather<T: Equivalence + Copy>(
+    comm: &SimpleCommunicator,
+    mine: &[T],
+    all: &mut Vec<T>,
+    stop: impl Fn() -> bool,
+) -> Result<(), Abandoned> {
+    // Owned, so that it can be left to MPI if the wait is given up on.
+    let mut send = mine.to_vec();
+    let done = scope(|scope| {
+        let request = comm.immediate_all_gather_into(scope, &send[..], &mut all[..]);
+        // SAFETY: on `Err`, `send` and `all` are leaked below, before anything else can
+        // reach them.
+        unsafe { self::all(vec![request], stop) }
+    });
+    if done.is_err() {
+        leak(&mut send);
+        leak(all);
+    }
+    done
+}
+
+/// `MPI_Iallgatherv` of `mine` into `all`, process `p`'s `counts[p]` elements at
+/// `displs[p]`, waited for until `stop()`. On `Err` the buffers are leaked and `all` is
+/// empty.
+pub(super) fn all_gather_varcount<T: Equivalence + Copy>(
+    comm: &SimpleCommunicator,
+    mine: &[T],
+    mut counts: Vec<i32>,
+    mut displs: Vec<i32>,
+    all: &mut Vec<T>,
+    stop: impl Fn() -> bool,
+) -> Result<(), Abandoned> {
+    let mut send = mine.to_vec();
+    let done = {
+        let mut recv = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+        scope(|scope| {
+            let request = comm.immediate_all_gather_varcount_into(scope, &send[..], &mut recv);
+            // SAFETY: on `Err`, every buffer of the request (`send`, `all`, `counts`,
+            // `displs`) is leaked below, before anything else can reach them.
+            unsafe { self::all(vec![request], stop) }
+        })
+    };
+    if done.is_err() {
+        leak(&mut send);
+        leak(all);
+        leak(&mut counts);
+        leak(&mut displs);
+    }
+    done
+}
