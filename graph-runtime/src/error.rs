@@ -262,9 +262,10 @@ pub enum Error {
         group: &'static str,
         /// The ranks that were still in their own code (a method), in order: the cause.
         /// Empty when every late rank was waiting for a value of another group (whose own
-        /// `Timeout` names the culprits).
+        /// `Timeout` names the culprits). Global ranks: over MPI, those of every process.
         ranks: Vec<usize>,
-        /// The ranks that were waiting for other actors: in a collective, or on an edge.
+        /// The ranks that were waiting for other actors: in a collective, or on an edge
+        /// (global ranks, of every process, like `ranks`).
         waiting: Vec<usize>,
         /// The timeout that passed.
         timeout: std::time::Duration,
