@@ -103,7 +103,10 @@ fn main() -> Result<(), actorgraph::Error> {
         println!("| step | min / median / max per execution |");
         println!("| --- | --- |");
         println!("| ends in its stage | {} |", a.map(us).join(" / "));
-        println!("| a method after the stage (+ end stage) | {} |", b.map(us).join(" / "));
+        println!(
+            "| a method after the stage (+ end stage) | {} |",
+            b.map(us).join(" / ")
+        );
         let extra = b[1].as_secs_f64() * 1e6 - a[1].as_secs_f64() * 1e6;
         println!("end stage (medians): {extra:+.2} µs");
     }

@@ -17,7 +17,9 @@
 //! 3. The leader posts the verdict and the results (`Node::shared`); after a second
 //!    barrier every rank copies out what is its own.
 //!
-//! Only safe code: the ranks of a process share buffers behind a lock, not pointers.
+//! The ranks of a process share buffers behind a lock, not pointers. The leader's MPI
+//! waits poll and give up when the group is aborted (`super::wait`, the one `unsafe`
+//! call here: a request given up on leaves its buffers to MPI for good).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{Acquire, Release};
@@ -387,7 +389,6 @@ impl Node {
     /// Leaves every buffer an abandoned request may reference to MPI (see `wait`).
     fn abandon(leader: &mut Leader, shared: &mut Shared) {
         wait::leak(&mut leader.send.0);
-        wait::leak(&mut leader.headers);
         for b in shared.all.iter_mut().chain(shared.result.iter_mut()) {
             wait::leak(&mut b.0);
         }
