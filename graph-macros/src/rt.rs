@@ -20,8 +20,9 @@ pub(crate) fn local() -> TokenStream {
 
 /// The import of [`path`] as [`local`], first in a graph's block, with the traits whose
 /// associated functions generated code calls (`Actors::from`, `LaunchOptions::default`)
-/// in scope without a name (a user's module may have no prelude).
+/// and those of `travel::Probe`'s autoref specialization in scope without a name (a
+/// user's module may have no prelude).
 pub(crate) fn import() -> TokenStream {
     let (path, local) = (path(), local());
-    quote!(use #path::{self as #local, Default as _, From as _};)
+    quote!(use #path::{self as #local, Default as _, From as _, NoTravel as _, ViaSerde as _, ViaTravel as _};)
 }

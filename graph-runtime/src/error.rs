@@ -395,6 +395,21 @@ pub enum Error {
         /// Its error.
         reason: String,
     },
+
+    /// An edge of the graph carries a value from an actor of one process to an actor of
+    /// another, and the value's type can travel neither through `Travel` nor (feature
+    /// `serde`) through serde: a `launch` error, the same on every process (feature `mpi`).
+    #[error("value `{value}` (type `{ty}`) goes from group `{from_group}` to group `{to_group}` across processes, and its type cannot travel: implement `actorgraph::travel::Travel` for it, or enable feature `serde` and derive `Serialize` and `Deserialize`")]
+    CannotTravel {
+        /// The value, as the graph names it.
+        value: &'static str,
+        /// Its type, as `std::any::type_name` spells it.
+        ty: &'static str,
+        /// The group that produces it.
+        from_group: &'static str,
+        /// The group that reads it.
+        to_group: &'static str,
+    },
 }
 
 /// The error of an actor method on another process, as this process learns it (under

@@ -20,6 +20,7 @@ pub mod nccl;
 mod sync;
 mod tensor;
 mod trace;
+pub mod travel;
 
 pub use bucket::{Bucketable, Gather, GatherList, Hand, Layout, Parts, Reduced, Scatter};
 pub use comm::{Backend, Communicator, Cpu, ReduceOp};
@@ -63,6 +64,7 @@ pub mod __private {
         Actor, Checked, Fallible, Fields, Input, Method, MethodCall, MethodId, MethodInfo,
         RankInput, Sendable, Signature, Split, Valid,
     };
+    pub use crate::travel::{NoTravel, Probe, ViaSerde, ViaTravel};
     pub use crate::{
         BoxError, Bucketable, Error, Gather, GatherList, Hand, Layout, Parts, Reduced, Scatter,
     };

@@ -98,6 +98,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             let value = &g.values[edge.value].label;
             let from = g.groups[edge.from.group()].name.to_string();
             let to = &g.groups[edge.to.group()].name;
+            let to_name = to.to_string();
+            let producers = size_var(from_group);
             let route = match edge.route {
                 Route::Zip => quote!(#rt::Route::Zip),
                 Route::Fan { from, skip_from } => {
@@ -106,18 +108,23 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 Route::One { from, to } => quote!(#rt::Route::One { from: #from, to: #to }),
                 Route::Gather { to, keep } => quote!(#rt::Route::Gather { to: #to, keep: #keep }),
                 Route::GatherAll => {
-                    quote!(#rt::Route::GatherAll { producers: #from_group.len() })
+                    quote!(#rt::Route::GatherAll { producers: #producers })
                 }
                 Route::Scatter { from, keep } => {
                     quote!(#rt::Route::Scatter { from: #from, keep: #keep })
                 }
             };
-            // A gather has a slot per producer; every other edge one per consumer.
-            let slots = match edge.route {
-                Route::Gather { .. } => &g.groups[edge.from.group()].name,
+            // A gather has a slot per producer; every other edge one per consumer. Ranks
+            // are global: the sizes are every process's actors together.
+            let slots = size_var(match edge.route {
+                Route::Gather { .. } => from_group,
                 _ => to,
-            };
-            quote!(__links.edge::<#ty>(#value, #from, #route, #slots.len()))
+            });
+            // Whether the value's type can travel to another process, asked without
+            // requiring it (`travel::Probe`); `edge_to` refuses an edge that must and
+            // cannot.
+            let codec = quote!((&&&#rt::Probe::<#ty>::NEW).codec());
+            quote!(__links.edge_to::<#ty>(#value, #from, #to_name, #route, #slots, #codec)?)
         })
         .collect();
     // The edges' table and the steps' typed handles on them; a graph without edges passes
@@ -127,7 +134,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     } else {
         (
             quote! {
-                let mut __links = #rt::Links::new();
+                let mut __links = #rt::Links::wired(&backend)?;
                 let __edges = (#(#edges,)*);
             },
             quote!(&__links, &__edges),

@@ -7,10 +7,12 @@ mod device;
 #[cfg(all(test, loom))]
 mod loom_tests;
 pub(crate) mod reduce;
+mod wiring;
 
 pub use cpu::{Cpu, CpuComm};
 pub use device::*;
 pub use reduce::reduce_reference;
+pub use wiring::{Missed, Port, Ports, Wiring};
 
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -932,5 +934,13 @@ pub trait Backend {
     fn confirm(&self, launched: Option<&Error>) -> Result<(), Error> {
         let _ = launched;
         Ok(())
+    }
+
+    /// Called by `launch` after [`join`](Backend::join), before it makes the graph's edges:
+    /// where the ranks of the graph just joined live, and the transport for the edges
+    /// between processes (see [`Wiring`]). The default, for a backend whose ranks are all
+    /// in this process: [`Wiring::local`], every edge a slot in memory.
+    fn wiring(&self) -> Result<Wiring, Error> {
+        Ok(Wiring::local())
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::bucket::{Bucketable, FusedStage, Gather, Scatter, SlotIdx};
 use crate::comm::{Collective, Communicator};
-use crate::exec::edge::{Edge, Links, RecvError};
+use crate::exec::edge::{Edge, Links, RecvError, SendError};
 use crate::exec::{Activity, IN_CODE, IN_COLLECTIVE, ON_EDGE};
 use crate::method::Method;
 use crate::{trace, Error, ReduceOp};
@@ -157,7 +157,7 @@ impl<C: Communicator> StepCtx<C> {
         self.activity().store(ON_EDGE, Relaxed);
         let sent = edge.send(self.rank, self.round, value);
         self.activity().store(IN_CODE, Relaxed);
-        sent.map_err(|_| self.stopped(edge))
+        sent.map_err(|e| self.send_error(edge, e))
     }
 
     /// Sends this rank's `value` to every actor it feeds over `edge`: a `clone` each, the
@@ -176,7 +176,21 @@ impl<C: Communicator> StepCtx<C> {
         self.activity().store(ON_EDGE, Relaxed);
         let sent = edge.send_each(self.rank, self.round, value, clone);
         self.activity().store(IN_CODE, Relaxed);
-        sent.map_err(|_| self.stopped(edge))
+        sent.map_err(|e| self.send_error(edge, e))
+    }
+
+    #[cold]
+    fn send_error<T>(&self, edge: &Edge<T>, e: SendError) -> Error {
+        match e {
+            SendError::Stopped => self.stopped(edge),
+            SendError::Encode(reason) => Error::Backend(format!(
+                "value `{}` of rank {} of group `{}` could not be encoded to leave its \
+                 process: {reason}",
+                edge.value(),
+                self.rank,
+                self.group
+            )),
+        }
     }
 
     /// Receives this round's value from `edge` (schedule position `at`). If its producer
@@ -203,7 +217,12 @@ impl<C: Communicator> StepCtx<C> {
     #[cold]
     fn recv_error<T>(&self, edge: &Edge<T>, e: RecvError) -> Error {
         match e {
-            RecvError::Failed { from_rank } => Error::Upstream {
+            // The producer is in another process, whose error this one learns only here:
+            // reported as its own, as it would be if the producer were local.
+            RecvError::Failed {
+                cause: Some(cause), ..
+            } => cause,
+            RecvError::Failed { from_rank, .. } => Error::Upstream {
                 group: self.group,
                 rank: self.rank,
                 value: edge.value(),
@@ -234,9 +253,9 @@ impl<C: Communicator> StepCtx<C> {
                 self.mark(at);
                 Ok(own)
             }
-            Ok(Err(_)) => {
+            Ok(Err(e)) => {
                 self.mark(at);
-                Err(self.stopped(edge))
+                Err(self.send_error(edge, e))
             }
             Err((got, expected)) => Err(Error::ScatterLength {
                 value: edge.value(),
@@ -330,8 +349,9 @@ impl<C: Communicator> StepCtx<C> {
         }
         if let Err(e) = &result {
             self.comm.note_failure(e);
-            self.drain();
+            self.drain(Some(e));
         }
+        self.links.flush(self.group, self.rank);
         result
     }
 
@@ -358,7 +378,8 @@ impl<C: Communicator> StepCtx<C> {
     /// Fails this execution without running the step (an internal error).
     pub(crate) fn fail<O>(&mut self, reason: &str) -> Result<O, Error> {
         self.round += 1;
-        self.drain();
+        self.drain(None);
+        self.links.flush(self.group, self.rank);
         Err(Error::ActorLost {
             group: self.group,
             rank: self.rank,
@@ -373,7 +394,7 @@ impl<C: Communicator> StepCtx<C> {
     /// deadlocks as the normal one: every actor runs its synchronizations in one global
     /// order, which the macro's scheduler (`graph-macros/src/graph/schedule.rs`) fixes at
     /// compile time.
-    fn drain(&mut self) {
+    fn drain(&mut self, cause: Option<&Error>) {
         let (rank, round) = (self.rank, self.round);
         let activity = &self.activity[self.local].0;
         for (at, point) in self.schedule.iter().enumerate() {
@@ -398,7 +419,7 @@ impl<C: Communicator> StepCtx<C> {
                     };
                     activity.store(ON_EDGE, Relaxed);
                     if matches!(point, SyncPoint::Send(_)) {
-                        edge.fail_from(rank, round);
+                        edge.fail_from(rank, round, cause);
                     } else {
                         edge.drain_to(rank, round);
                     }

@@ -24,8 +24,11 @@
 
 use std::sync::{Arc, PoisonError};
 
+use crate::comm::{Missed, Port, Wiring};
 use crate::sync::prims::Mutex;
 use crate::sync::{Epoch, Interrupted};
+use crate::travel::{cannot_travel, Codec, Outgoing};
+use crate::{Backend, Error};
 
 /// What a value read by several actors needs: each gets its own clone (a `Tensor` clone
 /// copies no data). Implemented for every `Clone` type; it exists for its error message.
@@ -154,6 +157,28 @@ impl Route {
         }
     }
 
+    /// The consuming rank of slot `slot`.
+    fn consumer(self, slot: usize) -> usize {
+        match self {
+            Route::Zip | Route::Fan { .. } | Route::Scatter { .. } => slot,
+            Route::One { to, .. } | Route::Gather { to, .. } => to,
+            Route::GatherAll { producers } => slot / producers.max(1),
+        }
+    }
+
+    /// Whether slot `slot` carries no message: its consumer keeps its own value.
+    fn unused(self, slot: usize) -> bool {
+        match self {
+            Route::Fan {
+                from,
+                skip_from: true,
+            }
+            | Route::Scatter { from, keep: true } => slot == from,
+            Route::Gather { to, keep: true } => slot == to,
+            _ => false,
+        }
+    }
+
     /// The producing rank of slot `slot`.
     fn producer(self, slot: usize) -> usize {
         match self {
@@ -258,15 +283,91 @@ pub(crate) enum TakeError {
 }
 
 /// Why a [`Edge::recv`] returned no value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum RecvError {
     /// The producing rank failed this round (or never ran it).
     Failed {
         /// The producing rank.
         from_rank: usize,
+        /// Its error, when it is in another process (whose errors this one cannot see
+        /// otherwise) and the transport carried it.
+        cause: Option<Error>,
     },
     /// The edge was aborted.
     Aborted,
+}
+
+impl RecvError {
+    fn failed(from_rank: usize) -> Self {
+        RecvError::Failed {
+            from_rank,
+            cause: None,
+        }
+    }
+}
+
+// Errors compare by what they say.
+impl PartialEq for RecvError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (
+                RecvError::Failed { from_rank, cause },
+                RecvError::Failed {
+                    from_rank: r,
+                    cause: c,
+                },
+            ) => {
+                from_rank == r
+                    && cause.as_ref().map(ToString::to_string)
+                        == c.as_ref().map(ToString::to_string)
+            }
+            (RecvError::Aborted, RecvError::Aborted) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Why a send did not happen.
+#[derive(Debug)]
+pub(crate) enum SendError {
+    /// The edge was aborted.
+    Stopped,
+    /// The value could not be encoded to leave the process (a serde type's `Serialize`
+    /// failed).
+    Encode(String),
+}
+
+impl From<Interrupted> for SendError {
+    fn from(_: Interrupted) -> Self {
+        SendError::Stopped
+    }
+}
+
+impl From<Missed> for SendError {
+    fn from(_: Missed) -> Self {
+        SendError::Stopped
+    }
+}
+
+/// One producer -> consumer pair, by where its ends are.
+enum End<T> {
+    /// Both in this process: a slot in memory.
+    Here(Slot<T>),
+    /// One here, the other in another process: the backend's transport.
+    Away(Box<dyn Port>),
+    /// Both in other processes: never touched here.
+    Elsewhere,
+}
+
+impl<T> End<T> {
+    fn put(&self, round: u64, value: Option<T>) -> Result<(), Interrupted> {
+        match self {
+            End::Here(slot) => slot.put(round, value),
+            // Generated code sends only from the producer, whose end is never elsewhere;
+            // a value for another process goes through `Edge::put_away`.
+            End::Away(_) | End::Elsewhere => Ok(()),
+        }
+    }
 }
 
 /// A value's way from the actors that hold it to the actors that read it, one slot per
@@ -277,7 +378,9 @@ pub struct Edge<T> {
     /// The group that produces it, for errors.
     from_group: &'static str,
     route: Route,
-    slots: Box<[Slot<T>]>,
+    slots: Box<[End<T>]>,
+    /// How the value travels to another process, if its type can (see `crate::travel`).
+    codec: Option<Codec<T>>,
     /// A gather's `Vec`s handed back by their consumers once read (see
     /// [`StepCtx::recycle`](crate::exec::StepCtx::recycle)), for the next round: at most one
     /// per consumer, all made at creation, so steady state allocates nothing.
@@ -297,11 +400,16 @@ impl<T> Edge<T> {
 }
 
 impl<T: Send + 'static> Edge<T> {
-    fn new(value: &'static str, from_group: &'static str, route: Route, consumers: usize) -> Self {
-        let slots = route.slots(consumers);
+    fn new(
+        value: &'static str,
+        from_group: &'static str,
+        route: Route,
+        slots: Box<[End<T>]>,
+        codec: Option<Codec<T>>,
+    ) -> Self {
         let (vecs, each) = match route {
-            Route::Gather { .. } => (1, slots),
-            Route::GatherAll { producers } => (consumers, producers),
+            Route::Gather { .. } => (1, slots.len()),
+            Route::GatherAll { producers } => (slots.len() / producers.max(1), producers),
             _ => (0, 0),
         };
         // Every `Vec` the consumers will hold at once, made now with its room: however their
@@ -312,8 +420,59 @@ impl<T: Send + 'static> Edge<T> {
             value,
             from_group,
             route,
-            slots: (0..slots).map(|_| Slot::new()).collect(),
+            slots,
+            codec,
             spares: Mutex::new(spares),
+        }
+    }
+
+    /// `value` encoded to leave the process (it is kept until every send is complete).
+    fn outgoing(&self, value: T) -> Result<Arc<Outgoing>, SendError> {
+        let Some(codec) = &self.codec else {
+            // `launch` refuses an edge that must travel without a codec.
+            return Err(SendError::Encode("its type cannot travel".into()));
+        };
+        Outgoing::new(value, codec).map_err(SendError::Encode)
+    }
+
+    /// Receives this round's value from a port.
+    fn take_away(&self, port: &dyn Port, slot: usize, round: u64) -> Result<T, RecvError> {
+        let from_rank = self.route.producer(slot);
+        let Some(codec) = &self.codec else {
+            return Err(RecvError::Aborted);
+        };
+        let mut got = None;
+        let arrived = port.recv(round, &mut |r| {
+            got = (codec.decode)(r);
+            got.is_some()
+        });
+        match (arrived, got) {
+            (Ok(()), Some(v)) => Ok(v),
+            (Ok(()), None) => Err(RecvError::Failed {
+                from_rank,
+                cause: Some(Error::Backend(format!(
+                    "value `{}` of group `{}` arrived from rank {from_rank} in a form this \
+                     process cannot read (another program?)",
+                    self.value, self.from_group
+                ))),
+            }),
+            (Err(Missed::Failed(cause)), _) => Err(RecvError::Failed { from_rank, cause }),
+            (Err(Missed::Skipped), _) => Err(RecvError::failed(from_rank)),
+            (Err(Missed::Aborted), _) => Err(RecvError::Aborted),
+        }
+    }
+
+    /// Takes slot `slot`'s message of this round, wherever its producer is.
+    fn take_slot(&self, slot: usize, round: u64) -> Result<T, RecvError> {
+        let from_rank = self.route.producer(slot);
+        match &self.slots[slot] {
+            End::Here(s) => match s.take(round) {
+                Ok(Some(v)) => Ok(v),
+                Ok(None) | Err(TakeError::Skipped) => Err(RecvError::failed(from_rank)),
+                Err(TakeError::Aborted) => Err(RecvError::Aborted),
+            },
+            End::Away(port) => self.take_away(&**port, slot, round),
+            End::Elsewhere => Err(RecvError::Aborted),
         }
     }
 
@@ -333,9 +492,12 @@ impl<T: Send + 'static> Edge<T> {
 
     /// Sends producer `rank`'s value to the one consumer it feeds ([`Route::Zip`],
     /// [`Route::One`]). A rank that feeds nobody drops the value.
-    pub(crate) fn send(&self, rank: usize, round: u64, value: T) -> Result<(), Interrupted> {
+    pub(crate) fn send(&self, rank: usize, round: u64, value: T) -> Result<(), SendError> {
         match self.route.outgoing(rank, self.slots.len()).next() {
-            Some(slot) => self.slots[slot].put(round, Some(value)),
+            Some(slot) => match &self.slots[slot] {
+                End::Away(port) => Ok(port.send(round, &self.outgoing(value)?)?),
+                end => Ok(end.put(round, Some(value))?),
+            },
             None => Ok(()),
         }
     }
@@ -348,9 +510,26 @@ impl<T: Send + 'static> Edge<T> {
         round: u64,
         value: T,
         clone: fn(&T) -> T,
-    ) -> Result<(), Interrupted> {
-        let mut targets = self.route.outgoing(rank, self.slots.len()).peekable();
+    ) -> Result<(), SendError> {
+        let n = self.slots.len();
+        let here = |slot: &usize| matches!(self.slots[*slot], End::Here(_));
+        let away = |slot: &usize| matches!(self.slots[*slot], End::Away(_));
         let mut value = Some(value);
+        // Encoded once for every other process it goes to (a clone, unless no actor here
+        // reads it).
+        if self.route.outgoing(rank, n).any(|s| away(&s)) {
+            let v = match self.route.outgoing(rank, n).any(|s| here(&s)) {
+                true => value.as_ref().map(clone),
+                false => value.take(),
+            };
+            let out = self.outgoing(v.ok_or(SendError::Stopped)?)?;
+            for slot in self.route.outgoing(rank, n) {
+                if let End::Away(port) = &self.slots[slot] {
+                    port.send(round, &out)?;
+                }
+            }
+        }
+        let mut targets = self.route.outgoing(rank, n).filter(here).peekable();
         while let Some(slot) = targets.next() {
             let v = if targets.peek().is_none() {
                 value.take()
@@ -368,12 +547,7 @@ impl<T: Send + 'static> Edge<T> {
             // Generated code never asks a rank that reads nothing.
             return Err(RecvError::Aborted);
         };
-        let from_rank = self.route.producer(slot);
-        match self.slots[slot].take(round) {
-            Ok(Some(v)) => Ok(v),
-            Ok(None) | Err(TakeError::Skipped) => Err(RecvError::Failed { from_rank }),
-            Err(TakeError::Aborted) => Err(RecvError::Aborted),
-        }
+        self.take_slot(slot, round)
     }
 }
 
@@ -387,7 +561,7 @@ impl<T: Send + 'static> Edge<T> {
         rank: usize,
         round: u64,
         values: Vec<T>,
-    ) -> Result<Result<Option<T>, Interrupted>, (usize, usize)> {
+    ) -> Result<Result<Option<T>, SendError>, (usize, usize)> {
         if values.len() != self.slots.len() {
             return Err((values.len(), self.slots.len()));
         }
@@ -397,9 +571,17 @@ impl<T: Send + 'static> Edge<T> {
         };
         let mut own = None;
         for (slot, value) in values.into_iter().enumerate() {
-            if Some(slot) == kept {
-                own = Some(value);
-            } else if let Err(e) = self.slots[slot].put(round, Some(value)) {
+            let sent = match &self.slots[slot] {
+                _ if Some(slot) == kept => {
+                    own = Some(value);
+                    Ok(())
+                }
+                End::Away(port) => self
+                    .outgoing(value)
+                    .and_then(|out| Ok(port.send(round, &out)?)),
+                end => end.put(round, Some(value)).map_err(SendError::from),
+            };
+            if let Err(e) = sent {
                 return Ok(Err(e));
             }
         }
@@ -426,18 +608,16 @@ impl<T: Send + 'static> Edge<T> {
         let mut failed = None;
         for slot in slots {
             let got = if Some(slot) == kept {
-                own.take().ok_or(TakeError::Skipped)
+                own.take()
+                    .ok_or_else(|| RecvError::failed(self.route.producer(slot)))
             } else {
-                self.slots[slot]
-                    .take(round)
-                    .and_then(|v| v.ok_or(TakeError::Skipped))
+                self.take_slot(slot, round)
             };
             match got {
                 Ok(v) => values.push(v),
-                Err(TakeError::Aborted) => return Err(RecvError::Aborted),
-                Err(TakeError::Skipped) => {
-                    let from_rank = self.route.producer(slot);
-                    failed.get_or_insert(RecvError::Failed { from_rank });
+                Err(RecvError::Aborted) => return Err(RecvError::Aborted),
+                Err(e) => {
+                    failed.get_or_insert(e);
                 }
             }
         }
@@ -450,37 +630,72 @@ impl<T: Send + 'static> Edge<T> {
 
 /// What a failed rank does with the edges it has not reached yet, without their types.
 pub(crate) trait EdgeCtl: Send + Sync {
-    /// Puts a failure marker in every slot producer `rank` fills.
-    fn fail_from(&self, rank: usize, round: u64);
+    /// Puts a failure marker in every slot producer `rank` fills; `cause` is its error,
+    /// which a marker to another process carries.
+    fn fail_from(&self, rank: usize, round: u64, cause: Option<&Error>);
     /// Takes and drops the message consumer `rank` is due.
     fn drain_to(&self, rank: usize, round: u64);
+    /// Waits until every send of producer `rank` of `group` to another process is
+    /// complete (see [`Links::flush`]).
+    fn flush_from(&self, group: &str, rank: usize);
     /// Releases every wait on this edge, for good.
     fn abort(&self);
 }
 
 impl<T: Send + 'static> EdgeCtl for Edge<T> {
-    fn fail_from(&self, rank: usize, round: u64) {
+    fn fail_from(&self, rank: usize, round: u64, cause: Option<&Error>) {
         for slot in self.route.outgoing(rank, self.slots.len()) {
             // Aborted: nobody is left to tell.
-            let _ = self.slots[slot].put(round, None);
+            let _ = match &self.slots[slot] {
+                End::Here(s) => s.put(round, None).map_err(SendError::from),
+                End::Away(port) => port.fail(round, cause).map_err(SendError::from),
+                End::Elsewhere => Ok(()),
+            };
         }
     }
 
     fn drain_to(&self, rank: usize, round: u64) {
-        if let Some((slots, kept)) = self.route.gathered(rank, self.slots.len()) {
-            for slot in slots.filter(|&s| Some(s) != kept) {
-                let _ = self.slots[slot].take(round);
+        let drop_slot = |slot: usize| match &self.slots[slot] {
+            End::Here(s) => {
+                let _ = s.take(round);
             }
+            // Whatever arrives is received and dropped, so the next round finds the
+            // stream where it belongs.
+            End::Away(port) => {
+                let _ = port.recv(round, &mut |_| false);
+            }
+            End::Elsewhere => {}
+        };
+        if let Some((slots, kept)) = self.route.gathered(rank, self.slots.len()) {
+            slots.filter(|&s| Some(s) != kept).for_each(drop_slot);
             return;
         }
         if let Some(slot) = self.route.incoming(rank, self.slots.len()) {
             // Whatever arrives (value, marker, abort) is dropped.
-            let _ = self.slots[slot].take(round);
+            drop_slot(slot);
+        }
+    }
+
+    fn flush_from(&self, group: &str, rank: usize) {
+        if group != self.from_group {
+            return;
+        }
+        for slot in self.route.outgoing(rank, self.slots.len()) {
+            if let End::Away(port) = &self.slots[slot] {
+                // Aborted: the graph is stopping, and the wait that matters reports it.
+                let _ = port.flush();
+            }
         }
     }
 
     fn abort(&self) {
-        self.slots.iter().for_each(Slot::abort);
+        for end in self.slots.iter() {
+            match end {
+                End::Here(s) => s.abort(),
+                End::Away(port) => port.abort(),
+                End::Elsewhere => {}
+            }
+        }
     }
 }
 
@@ -489,17 +704,34 @@ impl<T: Send + 'static> EdgeCtl for Edge<T> {
 #[derive(Clone, Default)]
 pub struct Links {
     edges: Vec<Arc<dyn EdgeCtl>>,
+    /// Where each group's ranks live (see [`Backend::wiring`]).
+    wiring: Wiring,
+    /// The producer -> consumer pairs of the edges made so far: the next pair's number.
+    pairs: usize,
+    /// Whether any edge leaves the process: only then does a step end with
+    /// [`Links::flush`].
+    remote: bool,
 }
 
 impl Links {
-    /// A table with no edges.
+    /// A table with no edges, all of whose ends are in this process.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// A table with no edges, whose ends are where `backend` says (see
+    /// [`Backend::wiring`]).
+    pub fn wired<B: Backend>(backend: &B) -> Result<Self, Error> {
+        Ok(Self {
+            wiring: backend.wiring()?,
+            ..Self::default()
+        })
+    }
+
     /// Creates the edge with index `self.len()` for value `value` of group `from_group`,
     /// along `route`, to a consuming group of `consumers` actors (for a
-    /// [`Route::Gather`], the number of producers: one slot each).
+    /// [`Route::Gather`], the number of producers: one slot each), every end in this
+    /// process.
     pub fn edge<T: Send + 'static>(
         &mut self,
         value: &'static str,
@@ -507,9 +739,84 @@ impl Links {
         route: Route,
         consumers: usize,
     ) -> Arc<Edge<T>> {
-        let edge = Arc::new(Edge::new(value, from_group, route, consumers));
+        let slots = (0..route.slots(consumers))
+            .map(|_| End::Here(Slot::new()))
+            .collect();
+        self.push(Edge::new(value, from_group, route, slots, None))
+    }
+
+    /// Like [`Links::edge`], to group `to_group`, with each pair's ends where the wiring
+    /// says (ranks are global: `consumers` counts every process's). A pair whose ends are
+    /// in different processes goes through the wiring's transport, with `codec` (from
+    /// `travel::Probe`); without one, [`Error::CannotTravel`]: every process computes
+    /// the same verdict, since each knows where every rank is.
+    pub fn edge_to<T: Send + 'static>(
+        &mut self,
+        value: &'static str,
+        from_group: &'static str,
+        to_group: &'static str,
+        route: Route,
+        consumers: usize,
+        codec: Option<Codec<T>>,
+    ) -> Result<Arc<Edge<T>>, Error> {
+        let n = route.slots(consumers);
+        let first = self.pairs;
+        self.pairs += n;
+        let w = &self.wiring;
+        let me = w.process();
+        let mut slots = Vec::with_capacity(n);
+        for slot in 0..n {
+            let from = w.process_of(from_group, route.producer(slot));
+            let to = w.process_of(to_group, route.consumer(slot));
+            let end = match (from, to) {
+                _ if route.unused(slot) => End::Here(Slot::new()),
+                (Some(f), Some(t)) if f == t => match f == me {
+                    true => End::Here(Slot::new()),
+                    false => End::Elsewhere,
+                },
+                (Some(f), Some(t)) => {
+                    if codec.is_none() {
+                        return Err(cannot_travel::<T>(value, from_group, to_group));
+                    }
+                    let end = match (f == me, t == me, w.ports()) {
+                        (true, _, Some(ports)) => {
+                            Some(ports.open(first + slot, t, true, value, from_group)?)
+                        }
+                        (_, true, Some(ports)) => {
+                            Some(ports.open(first + slot, f, false, value, from_group)?)
+                        }
+                        _ => None,
+                    };
+                    match end {
+                        Some(port) => {
+                            self.remote = true;
+                            End::Away(port)
+                        }
+                        None => End::Elsewhere,
+                    }
+                }
+                // A rank past its group's end: `launch` checked the sizes already.
+                _ => End::Elsewhere,
+            };
+            slots.push(end);
+        }
+        Ok(self.push(Edge::new(value, from_group, route, slots.into(), codec)))
+    }
+
+    fn push<T: Send + 'static>(&mut self, edge: Edge<T>) -> Arc<Edge<T>> {
+        let edge = Arc::new(edge);
         self.edges.push(edge.clone());
         edge
+    }
+
+    /// Waits until every value rank `rank` of `group` sent to another process this round
+    /// has left (a step ends with it): a transport may need the sender's process to take
+    /// part in a large transfer, and it may do nothing more until its next execution.
+    /// Nothing to do when every edge is in this process.
+    pub(crate) fn flush(&self, group: &str, rank: usize) {
+        if self.remote {
+            self.edges.iter().for_each(|e| e.flush_from(group, rank));
+        }
     }
 
     /// The number of edges.
@@ -557,8 +864,8 @@ mod tests {
     fn a_failure_marker_names_the_producer() {
         let mut links = Links::new();
         let e = links.edge::<u8>("t", "w", Route::One { from: 0, to: 1 }, 2);
-        links.get(0).unwrap().fail_from(0, 1);
-        assert_eq!(e.recv(1, 1), Err(RecvError::Failed { from_rank: 0 }));
+        links.get(0).unwrap().fail_from(0, 1, None);
+        assert_eq!(e.recv(1, 1), Err(RecvError::failed(0)));
         // The slot is empty again: the next round works.
         e.send(0, 2, 7).unwrap();
         assert_eq!(e.recv(1, 2), Ok(7));
@@ -575,12 +882,9 @@ mod tests {
         assert_eq!(e.recv_gather(0, 1, None).unwrap(), ["r0", "r1", "r2"]);
         // Rank 1 fails: the consumer still takes every message, and names rank 1.
         e.send(0, 2, "a".into()).unwrap();
-        links.get(0).unwrap().fail_from(1, 2);
+        links.get(0).unwrap().fail_from(1, 2, None);
         e.send(2, 2, "c".into()).unwrap();
-        assert_eq!(
-            e.recv_gather(0, 2, None),
-            Err(RecvError::Failed { from_rank: 1 })
-        );
+        assert_eq!(e.recv_gather(0, 2, None), Err(RecvError::failed(1)));
         for rank in 0..3 {
             e.send(rank, 3, format!("{rank}")).unwrap();
         }
@@ -602,11 +906,8 @@ mod tests {
         // Producer 2 fails: both consumers name it, and every slot is empty again.
         e.send_each(0, 2, 5, |v| *v).unwrap();
         e.send_each(1, 2, 6, |v| *v).unwrap();
-        links.get(0).unwrap().fail_from(2, 2);
-        assert_eq!(
-            e.recv_gather(0, 2, None),
-            Err(RecvError::Failed { from_rank: 2 })
-        );
+        links.get(0).unwrap().fail_from(2, 2, None);
+        assert_eq!(e.recv_gather(0, 2, None), Err(RecvError::failed(2)));
         links.get(0).unwrap().drain_to(1, 2);
         for rank in 0..3 {
             e.send_each(rank, 3, 10 + rank as u8, |v| *v).unwrap();
@@ -675,9 +976,9 @@ mod tests {
         assert_eq!(e.recv(1, 1), Err(RecvError::Aborted));
         // Another length: nothing is sent; the failure path then marks every slot.
         assert_eq!(e.send_scatter(1, 2, vec![Box::new(0)]).err(), Some((1, 3)));
-        links.get(0).unwrap().fail_from(1, 2);
-        assert_eq!(e.recv(0, 2), Err(RecvError::Failed { from_rank: 1 }));
-        assert_eq!(e.recv(2, 2), Err(RecvError::Failed { from_rank: 1 }));
+        links.get(0).unwrap().fail_from(1, 2, None);
+        assert_eq!(e.recv(0, 2), Err(RecvError::failed(1)));
+        assert_eq!(e.recv(2, 2), Err(RecvError::failed(1)));
     }
 
     #[test]
@@ -693,7 +994,7 @@ mod tests {
         // The producer skipped round 3: the consumer learns it, and round 4's message
         // stays for round 4.
         e.send(0, 4, 4).unwrap();
-        assert_eq!(e.recv(0, 3), Err(RecvError::Failed { from_rank: 0 }));
+        assert_eq!(e.recv(0, 3), Err(RecvError::failed(0)));
         assert_eq!(e.recv(0, 4), Ok(4));
     }
 
@@ -712,15 +1013,9 @@ mod tests {
         e.send_each(1, 1, "x".to_string(), String::clone).unwrap();
         assert_eq!(e.recv(0, 1).unwrap(), "x");
         assert_eq!(e.recv(2, 1).unwrap(), "x");
-        links.get(0).unwrap().fail_from(1, 2);
-        assert!(matches!(
-            e.recv(0, 2),
-            Err(RecvError::Failed { from_rank: 1 })
-        ));
-        assert!(matches!(
-            e.recv(2, 2),
-            Err(RecvError::Failed { from_rank: 1 })
-        ));
+        links.get(0).unwrap().fail_from(1, 2, None);
+        assert!(matches!(e.recv(0, 2), Err(RecvError::failed(1))));
+        assert!(matches!(e.recv(2, 2), Err(RecvError::failed(1))));
     }
 
     #[test]
@@ -755,10 +1050,10 @@ mod loom_tests {
             let producer = thread::spawn(move || {
                 e2.send(0, 1, 41).unwrap();
                 // Round 2 failed: waits until round 1's value is taken, then says so.
-                e2.fail_from(0, 2);
+                e2.fail_from(0, 2, None);
             });
             assert_eq!(e.recv(0, 1), Ok(41));
-            assert_eq!(e.recv(0, 2), Err(RecvError::Failed { from_rank: 0 }));
+            assert_eq!(e.recv(0, 2), Err(RecvError::failed(0)));
             producer.join().unwrap();
         });
     }
@@ -772,13 +1067,10 @@ mod loom_tests {
             // Rank 1 produces for rank 0, which keeps its own value.
             let producer = thread::spawn(move || {
                 e2.send(1, 1, 7).unwrap();
-                e2.fail_from(1, 2);
+                e2.fail_from(1, 2, None);
             });
             assert_eq!(e.recv_gather(0, 1, Some(3)), Ok(vec![3, 7]));
-            assert_eq!(
-                e.recv_gather(0, 2, Some(4)),
-                Err(RecvError::Failed { from_rank: 1 })
-            );
+            assert_eq!(e.recv_gather(0, 2, Some(4)), Err(RecvError::failed(1)));
             producer.join().unwrap();
         });
     }

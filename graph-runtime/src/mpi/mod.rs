@@ -39,6 +39,7 @@
 //! supported yet.
 
 mod comm;
+mod edge;
 mod late;
 mod wait;
 pub(crate) mod wire;
@@ -56,7 +57,7 @@ use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
 use ::mpi::Threading;
 
-use crate::comm::{Backend, GraphInfo};
+use crate::comm::{Backend, GraphInfo, Wiring};
 use crate::Error;
 
 /// The groups of a graph that [`Backend::join`] can describe in its one collective call;
@@ -104,6 +105,11 @@ pub struct Mpi {
 struct Joined {
     graph: &'static str,
     groups: Vec<(&'static str, GroupLayout)>,
+    /// Each group's number of actors per process, and the communicator of the graph's
+    /// edges between processes (if it has edges and there are several processes), until
+    /// `wiring` takes them.
+    counts: Vec<(&'static str, Vec<usize>)>,
+    edges: Option<SendComm>,
 }
 
 /// Where a group's ranks are: how many each process hosts, from which global rank.
@@ -254,7 +260,7 @@ impl Backend for Mpi {
         // Groups of an earlier launch that failed after its join are dropped here.
         *joined = Joined {
             graph: graph.name,
-            groups: Vec::new(),
+            ..Joined::default()
         };
         let processes = self.processes();
         // One record per process: the graph, its number of groups and edges, and the
@@ -285,16 +291,6 @@ impl Backend for Mpi {
                 graph.groups.len()
             )));
         }
-        if processes > 1 {
-            if let Some(value) = graph.edges.first() {
-                return Err(Error::Unsupported(format!(
-                    "value `{value}` of graph `{}` goes from actor to actor, and edges \
-                     between processes are not supported yet: over MPI, a graph's actors \
-                     meet in collectives only",
-                    graph.name
-                )));
-            }
-        }
         let mut sizes = Vec::with_capacity(graph.groups.len());
         let mut layouts = Vec::with_capacity(graph.groups.len());
         for (g, &(group, _)) in graph.groups.iter().enumerate() {
@@ -317,7 +313,13 @@ impl Backend for Mpi {
         }
         // Each group's stages run on a communicator of their own, so that groups whose
         // leaders run stages at the same time never match each other's messages.
+        // The same on every process (the records agree on the number of edges): the
+        // edges' messages have a communicator of their own too.
+        if processes > 1 && !graph.edges.is_empty() {
+            joined.edges = Some(SendComm(world.0.duplicate()));
+        }
         for (group, counts, offsets) in layouts {
+            joined.counts.push((group, counts.clone()));
             let comm = SendComm(world.0.duplicate());
             let census = SendComm(world.0.duplicate());
             joined.groups.push((
@@ -337,6 +339,21 @@ impl Backend for Mpi {
     fn group_communicators(&self, group: &'static str, size: usize) -> Result<Vec<MpiComm>, Error> {
         let layout = self.take_group(group, size)?;
         Ok(MpiComm::group(group, layout, Arc::clone(&self.world)))
+    }
+
+    /// Where each rank of the graph joined last lives; its edges between processes go over
+    /// MPI point-to-point (see `reference::mpi`, "Edges across processes").
+    fn wiring(&self) -> Result<Wiring, Error> {
+        let mut joined = self.joined();
+        let counts = std::mem::take(&mut joined.counts);
+        Ok(match joined.edges.take() {
+            Some(comm) => Wiring::across(
+                self.process(),
+                counts,
+                Arc::new(edge::MpiPorts::new(comm, self.keep_alive())),
+            ),
+            None => Wiring::local(),
+        })
     }
 
     fn confirm(&self, launched: Option<&Error>) -> Result<(), Error> {
@@ -371,6 +388,10 @@ impl Backend for Mpi {
 
 impl Backend for &Mpi {
     type Comm = MpiComm;
+
+    fn wiring(&self) -> Result<Wiring, Error> {
+        (**self).wiring()
+    }
 
     fn communicators(&self, size: usize) -> Result<Vec<MpiComm>, Error> {
         (**self).communicators(size)
