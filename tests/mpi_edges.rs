@@ -190,7 +190,7 @@ impl W {
         big(*s)
     }
     /// Rank 1's tensor, read by rank 0 (point to point, within the group).
-    fn from_one(&mut self, t: &Tensor<f32>, s: &u64) -> Result<usize, BoxError> {
+    fn read_one(&mut self, t: &Tensor<f32>, s: &u64) -> Result<usize, BoxError> {
         same_tensor("t[1]", t, &tensor(1, *s))?;
         Ok(self.rank)
     }
@@ -263,7 +263,7 @@ graph! {
         let pt = workers.point(s);
         let b = workers[0].big(s);
         let z = heads.zip(t, v, x, p, pt, b, s);
-        workers[0].from_one(t[1], s);
+        workers[0].read_one(t[1], s);
         workers.with(x[1], s);
         let g = heads[0].gathered(gather(v), s);
         let e = heads.every(gather(x), s);

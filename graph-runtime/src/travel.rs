@@ -77,19 +77,31 @@ pub trait Travel: Sized + Send + 'static {
     }
 }
 
-/// A large buffer of a value, sent as a message of its own from where it lies.
+/// A large buffer of a value, sent as a message of its own from where it lies (for a
+/// backend's [`Port`](crate::comm::Port)).
 #[derive(Clone, Copy)]
-pub(crate) struct Part {
+pub struct Part {
     ptr: *const u8,
     len: usize,
 }
 
 impl Part {
+    /// The number of bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the part has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The bytes.
     ///
     /// # Safety
-    /// The value the part was lent from ([`Writer::elements`]) is alive and unchanged.
-    pub(crate) unsafe fn bytes(&self) -> &[u8] {
+    /// The value the part was lent from is alive and unchanged: the [`Outgoing`] whose
+    /// writer holds the part is.
+    pub unsafe fn bytes(&self) -> &[u8] {
         // SAFETY: the caller keeps the lending value alive and unchanged, so the part
         // still points to `len` initialized bytes that nothing writes.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
@@ -154,12 +166,12 @@ impl Writer {
     }
 
     /// The head.
-    pub(crate) fn head(&self) -> &[u8] {
+    pub fn head(&self) -> &[u8] {
         &self.head
     }
 
     /// The parts, in the order the reader takes them.
-    pub(crate) fn parts(&self) -> &[Part] {
+    pub fn parts(&self) -> &[Part] {
         &self.parts
     }
 }
@@ -200,7 +212,7 @@ pub struct Reader<'a> {
 impl<'a> Reader<'a> {
     /// A reader of `head`, whose parts have the lengths `parts` and are received, in
     /// order, by `fill` (false: the part did not come).
-    pub(crate) fn new(
+    pub fn new(
         head: &'a [u8],
         parts: &'a [u64],
         fill: &'a mut dyn FnMut(&mut [u8]) -> bool,
@@ -241,7 +253,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The parts not read (a failed decode leaves some, which the transport drops).
-    pub(crate) fn parts_left(&self) -> usize {
+    pub fn parts_left(&self) -> usize {
         self.parts.len() - self.next_part
     }
 
@@ -563,7 +575,7 @@ impl Outgoing {
     }
 
     /// The encoding.
-    pub(crate) fn writer(&self) -> &Writer {
+    pub fn writer(&self) -> &Writer {
         &self.writer
     }
 }

@@ -981,6 +981,77 @@ mod tests {
         assert_eq!(e.recv(2, 2), Err(RecvError::failed(1)));
     }
 
+    /// A transport that opens nothing: it records which pairs, peers and directions
+    /// `edge_to` asked for.
+    struct Record(std::sync::Mutex<Vec<(usize, usize, bool)>>);
+
+    impl crate::comm::Ports for Record {
+        fn open(
+            &self,
+            pair: usize,
+            peer: usize,
+            sending: bool,
+            _: &'static str,
+            _: &'static str,
+        ) -> Result<Box<dyn Port>, Error> {
+            self.0.lock().unwrap().push((pair, peer, sending));
+            Err(Error::Backend("recorded".into()))
+        }
+    }
+
+    #[test]
+    fn pairs_across_processes_need_a_codec_and_the_transport() {
+        // Process 1 of two: `w` has ranks 0, 1 on process 0 and rank 2 here.
+        let ports = Arc::new(Record(Default::default()));
+        let wiring = Wiring::across(1, vec![("w", vec![2, 1])], ports.clone());
+        let mut links = Links {
+            wiring,
+            ..Links::default()
+        };
+        // Rank 2's value read by rank 2 only: stays here, needs no codec.
+        let e = links
+            .edge_to::<String>("s", "w", "w", Route::One { from: 2, to: 2 }, 3, None)
+            .unwrap();
+        e.send(2, 1, "here".into()).unwrap();
+        assert_eq!(e.recv(2, 1).unwrap(), "here");
+        // Rank 0's value read by every rank: rank 2's pair crosses, and without a codec
+        // it is refused, whichever process asks.
+        match links.edge_to::<String>(
+            "t",
+            "w",
+            "w",
+            Route::Fan {
+                from: 0,
+                skip_from: true,
+            },
+            3,
+            None,
+        ) {
+            Err(Error::CannotTravel { value: "t", ty, .. }) => assert!(ty.contains("String")),
+            other => panic!("{:?}", other.err()),
+        }
+        // With one, the pair into this process opens a receiving port from process 0, the
+        // pair that stays on process 0 opens nothing here. Pairs are numbered edge after
+        // edge: 1 for the first edge, 3 for the refused one, then these.
+        let codec = {
+            use crate::travel::{Probe, ViaTravel as _};
+            (&&&Probe::<String>::NEW).codec()
+        };
+        let opened = links.edge_to::<String>(
+            "u",
+            "w",
+            "w",
+            Route::Fan {
+                from: 0,
+                skip_from: true,
+            },
+            3,
+            codec,
+        );
+        assert!(matches!(opened, Err(Error::Backend(_))));
+        assert_eq!(*ports.0.lock().unwrap(), [(4 + 2, 0, false)]);
+    }
+
     #[test]
     fn a_stale_message_is_dropped_and_a_later_one_waits() {
         let mut links = Links::new();
@@ -1014,8 +1085,8 @@ mod tests {
         assert_eq!(e.recv(0, 1).unwrap(), "x");
         assert_eq!(e.recv(2, 1).unwrap(), "x");
         links.get(0).unwrap().fail_from(1, 2, None);
-        assert!(matches!(e.recv(0, 2), Err(RecvError::failed(1))));
-        assert!(matches!(e.recv(2, 2), Err(RecvError::failed(1))));
+        assert_eq!(e.recv(0, 2), Err(RecvError::failed(1)));
+        assert_eq!(e.recv(2, 2), Err(RecvError::failed(1)));
     }
 
     #[test]
@@ -1027,12 +1098,16 @@ mod tests {
         p.send(1, 1, 1).unwrap();
         let producer = thread::spawn(move || p.send(1, 2, 2));
         // Rank 0 waits for its first message, rank 1 for room for its second.
-        e.slots[0].sent.until_parked(1);
-        e.slots[1].taken.until_parked(1);
+        let slot = |i: usize| match &e.slots[i] {
+            End::Here(s) => s,
+            _ => unreachable!("every end of a local edge is here"),
+        };
+        slot(0).sent.until_parked(1);
+        slot(1).taken.until_parked(1);
         links.abort();
         assert_eq!(consumer.join().unwrap(), Err(RecvError::Aborted));
-        assert_eq!(producer.join().unwrap(), Err(Interrupted::Aborted));
-        assert_eq!(e.send(0, 3, 3), Err(Interrupted::Aborted));
+        assert!(matches!(producer.join().unwrap(), Err(SendError::Stopped)));
+        assert!(matches!(e.send(0, 3, 3), Err(SendError::Stopped)));
     }
 }
 

@@ -108,7 +108,7 @@ impl Ports for MpiPorts {
         value: &'static str,
         from_group: &'static str,
     ) -> Result<Box<dyn Port>, Error> {
-        let tag = pair.checked_mul(2).filter(|t| t + 1 <= self.comm.tag_ub);
+        let tag = pair.checked_mul(2).filter(|&t| t < self.comm.tag_ub);
         let (Some(tag), Ok(peer)) = (tag, c_int::try_from(peer)) else {
             return Err(Error::Unsupported(format!(
                 "value `{value}` of group `{from_group}`: the graph's edges between processes \
@@ -467,10 +467,11 @@ impl Port for MpiPort {
                     true
                 };
                 let body = head.get(body..).unwrap_or_default();
-                let mut reader = Reader::new(body, &st.lens, &mut fill);
-                let _read = decode(&mut reader);
-                left = reader.parts_left();
-                drop(reader);
+                left = {
+                    let mut reader = Reader::new(body, &st.lens, &mut fill);
+                    decode(&mut reader);
+                    reader.parts_left()
+                };
                 if let Some(e) = broke {
                     return Err(e);
                 }
