@@ -368,7 +368,7 @@ const RECORD: usize = 5;
 /// The most bytes of data a process sends with its record: a stage whose every process
 /// contributes at most this much costs one MPI round (agreement and data together);
 /// a larger one agrees first, then runs the payload.
-pub(super) const SMALL: usize = 64 << 10;
+const SMALL: usize = 64 << 10;
 
 /// Tags of the stage's point-to-point messages. Messages between two processes with one
 /// tag arrive in the order they were sent, so a stage's many messages of one tag match
