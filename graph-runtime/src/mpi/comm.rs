@@ -763,14 +763,10 @@ impl Node {
         for &d in &dtypes {
             count(lens[d.index()], d)?;
         }
-        let op = match header.collective {
-            Collective::AllReduce(op)
-            | Collective::ReduceScatter(op)
-            | Collective::Reduce { op, .. } => Some(op),
-            _ => None,
-        };
-        if let Some(op) = op {
-            return self.scatter_gather(leader, posts, mine, &lens, header.collective, op, shared);
+        if let Collective::AllReduce(_) | Collective::ReduceScatter(_) | Collective::Reduce { .. } =
+            header.collective
+        {
+            return self.scatter_gather(leader, posts, mine, &lens, header.collective, shared);
         }
         if let Collective::Broadcast { root } = header.collective {
             let from = self.process_of(root).ok_or("the root is no rank")?;
@@ -887,9 +883,14 @@ impl Node {
         mine: &mut Mine<'_>,
         lens: &[usize; DType::COUNT],
         collective: Collective,
-        op: ReduceOp,
         shared: &mut Shared,
     ) -> Result<bool, String> {
+        let op = match collective {
+            Collective::AllReduce(op)
+            | Collective::ReduceScatter(op)
+            | Collective::Reduce { op, .. } => op,
+            _ => return Err("a reduce-scatter of a collective that reduces nothing".into()),
+        };
         let dtypes: Vec<DType> = DType::ALL
             .into_iter()
             .filter(|d| lens[d.index()] > 0)
