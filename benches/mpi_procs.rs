@@ -10,6 +10,14 @@
 //!
 //! Also: 64 tensors of 1 KiB as one fused stage against 64 `MPI_Allreduce` calls, and the
 //! cost of `launch` (its agreement and the communicators it makes).
+//!
+//! `MPI_PROCS_BENCH` picks the run (the script sets it):
+//! - unset or `procs`: the table above, one actor per process;
+//! - `hier`: a fused allreduce from 1 MiB with `MPI_PROCS_ACTORS` actors per process (2);
+//! - `flat`: `MPI_Allreduce` from 1 MiB, one rank per process.
+//!
+//! `hier` and `flat` print one `sample MODE BYTES NANOSECONDS` line per sample, which the
+//! script puts side by side (2 processes x 2 actors against 4 flat processes).
 
 use std::time::{Duration, Instant};
 
@@ -103,11 +111,66 @@ fn row(what: &str, mpi: [Duration; 3], ag: [Duration; 3]) {
     );
 }
 
+/// The sizes of the hierarchical comparison, bytes per rank.
+const LARGE: [usize; 3] = [1 << 20, 16 << 20, 64 << 20];
+
+/// `hier`: a fused allreduce with `actors` actors in this process.
+fn hier(mpi: &Mpi, world: &SimpleCommunicator, actors: usize) -> Result<(), actorgraph::Error> {
+    let me = mpi.process();
+    for bytes in LARGE {
+        let elems = bytes / 4;
+        let workers = (0..actors)
+            .map(|a| Worker {
+                grad: Tensor::full([elems], 1.0 + (me * actors + a) as f32),
+                many: Vec::new(),
+            })
+            .collect();
+        let mut g = One::launch(workers, mpi)?;
+        let fused = samples(world, iters(bytes), || {
+            std::hint::black_box(g.execute().expect("execute"));
+        });
+        drop(g);
+        for t in fused.iter().filter(|_| me == 0) {
+            println!("sample hier {bytes} {}", t.as_nanos());
+        }
+    }
+    Ok(())
+}
+
+/// `flat`: `MPI_Allreduce` over every process.
+fn flat(world: &SimpleCommunicator) {
+    for bytes in LARGE {
+        let elems = bytes / 4;
+        let send = vec![1.0f32 + world.rank() as f32; elems];
+        let mut recv = vec![0.0f32; elems];
+        let bare = samples(world, iters(bytes), || {
+            world.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum());
+        });
+        for t in bare.iter().filter(|_| world.rank() == 0) {
+            println!("sample flat {bytes} {}", t.as_nanos());
+        }
+    }
+}
+
 fn main() -> Result<(), actorgraph::Error> {
     // `cargo bench` passes `--bench`; nothing else is read.
     let mpi = Mpi::init()?;
     let world = SimpleCommunicator::world();
     let me = mpi.process();
+    match std::env::var("MPI_PROCS_BENCH").as_deref() {
+        Ok("hier") => {
+            let actors = std::env::var("MPI_PROCS_ACTORS")
+                .ok()
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(2);
+            return hier(&mpi, &world, actors);
+        }
+        Ok("flat") => {
+            flat(&world);
+            return Ok(());
+        }
+        _ => {}
+    }
     let worker = |elems: usize| Worker {
         grad: Tensor::full([elems], 1.0 + me as f32),
         many: (0..64).map(|_| Tensor::full([256], 0.5)).collect(),

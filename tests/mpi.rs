@@ -163,6 +163,128 @@ graph! {
     }
 }
 
+/// Elements of the large values: over `SMALL`, so that a stage runs the reduce-scatter
+/// and allgather of large regions; odd, so that the processes' chunks differ in length.
+const BIG: usize = 40_001;
+/// Rows of the large `reducescatter`: divisible by every group size of the tests.
+const BIG_ROWS: usize = 24_000;
+
+/// Rank `q`'s large values in step `s`.
+fn big_values(q: usize, s: u64) -> Big {
+    let a: Vec<f32> = (0..BIG).map(|i| f(q, i, s)).collect();
+    let b: Vec<f16> = (0..BIG)
+        .map(|i| f16::from_f32(1.0 + f(q, i, s).abs().fract() * 2.0))
+        .collect();
+    let c: Vec<i64> = (0..BIG_ROWS).map(|i| (q * 7 + i) as i64 - 3).collect();
+    let d: Vec<f32> = (0..BIG_ROWS).map(|i| f(q, i + 1, s)).collect();
+    (
+        Tensor::from_vec(a, [BIG]).unwrap(),
+        Tensor::from_vec(b, [BIG]).unwrap(),
+        Tensor::from_vec(c, [BIG_ROWS]).unwrap(),
+        Tensor::from_vec(d, [BIG_ROWS]).unwrap(),
+    )
+}
+
+type Big = (Tensor<f32>, Tensor<f16>, Tensor<i64>, Tensor<f32>);
+
+/// A worker of large values.
+struct L {
+    rank: usize,
+}
+
+#[actor]
+impl L {
+    fn big(&mut self, step: &u64) -> Big {
+        big_values(self.rank, *step)
+    }
+}
+
+graph! {
+    Large(workers: [L], step: u64) {
+        let (a, b, c, d) = workers.big(step);
+        let sum = allreduce([a, b, c], Sum);
+        let avg = allreduce(a, Avg);
+        let part = reducescatter([c, d], Sum);
+        let red = reduce([a, b], Sum, 1);
+        let every = allgather(d);
+        let from = broadcast([a, c], 1);
+        (sum, avg, part, red, every, from)
+    }
+}
+
+/// Bit for bit, naming the first element that differs (the values are long).
+fn same_long<T: std::fmt::Debug>(what: &str, rank: usize, got: &[T], want: &[T]) {
+    assert_eq!(got.len(), want.len(), "{what} on rank {rank}: length");
+    if let Some(i) = (0..got.len()).find(|&i| format!("{:?}", got[i]) != format!("{:?}", want[i])) {
+        panic!(
+            "{what} on rank {rank}: element {i} is {:?}, not {:?}",
+            got[i], want[i]
+        );
+    }
+}
+
+/// Large stages (the reduce-scatter in rank order, then the allgather): bit for bit the
+/// reference over every rank, on every rank.
+fn large(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
+    let workers: Vec<L> = here.clone().map(|rank| L { rank }).collect();
+    let mut g = Large::launch(workers, mpi).unwrap();
+    for s in 0..2u64 {
+        let all: Vec<Big> = (0..size).map(|q| big_values(q, s)).collect();
+        let reduced = |op: ReduceOp, pick: &dyn Fn(&Big) -> Vec<f32>| {
+            let v: Vec<Vec<f32>> = all.iter().map(pick).collect();
+            reduce_reference(&v.iter().map(Vec::as_slice).collect::<Vec<_>>(), op)
+        };
+        let sum_a = reduced(ReduceOp::Sum, &|v| v.0.to_vec());
+        let avg_a = reduced(ReduceOp::Avg, &|v| v.0.to_vec());
+        let b: Vec<Vec<f16>> = all.iter().map(|v| v.1.to_vec()).collect();
+        let sum_b = reduce_reference(
+            &b.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+            ReduceOp::Sum,
+        );
+        let c: Vec<Vec<i64>> = all.iter().map(|v| v.2.to_vec()).collect();
+        let sum_c = reduce_reference(
+            &c.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+            ReduceOp::Sum,
+        );
+        let sum_d = reduced(ReduceOp::Sum, &|v| v.3.to_vec());
+        let out = g.execute(s).unwrap();
+        for (i, (sum, avg, part, red, every, from)) in out.iter().enumerate() {
+            let q = here.start + i;
+            same_long("large sum a", q, &sum.0.to_vec(), &sum_a);
+            same_long("large sum b", q, &sum.1.to_vec(), &sum_b);
+            same_long("large sum c", q, &sum.2.to_vec(), &sum_c);
+            same_long("large avg a", q, &avg.to_vec(), &avg_a);
+            let rows = BIG_ROWS / size;
+            same_long(
+                "large scatter c",
+                q,
+                &part.0.to_vec(),
+                &sum_c[q * rows..(q + 1) * rows],
+            );
+            same_long(
+                "large scatter d",
+                q,
+                &part.1.to_vec(),
+                &sum_d[q * rows..(q + 1) * rows],
+            );
+            match (q, red) {
+                (1, (Some(a), Some(b))) => {
+                    same_long("large reduce a", q, &a.to_vec(), &sum_a);
+                    same_long("large reduce b", q, &b.to_vec(), &sum_b);
+                }
+                (1, _) => panic!("the root got no reduction"),
+                (_, (None, None)) => {}
+                (_, _) => panic!("rank {q} is not the root but got a reduction"),
+            }
+            let each: Vec<f32> = all.iter().flat_map(|v| v.3.to_vec()).collect();
+            same_long("large gather d", q, &every.to_vec(), &each);
+            same_long("large bcast a", q, &from.0.to_vec(), &all[1].0.to_vec());
+            same_long("large bcast c", q, &from.1.to_vec(), &all[1].2.to_vec());
+        }
+    }
+    g.teardown().unwrap();
+}
+
 /// The reduction over every rank of the slices `pick` takes from their values.
 fn reduced<E: Element>(
     size: usize,
@@ -464,6 +586,7 @@ fn collectives(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
         back.iter().map(|w| w.rank).collect::<Vec<_>>(),
         here.clone().collect::<Vec<_>>()
     );
+    large(mpi, here.clone(), size);
 
     // Pipelining: four executions in flight, their stages in submission order everywhere.
     let options = LaunchOptions::default().max_in_flight(4);

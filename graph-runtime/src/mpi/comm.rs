@@ -1,31 +1,41 @@
 //! A group's endpoint under MPI: a fused stage in three steps.
 //!
-//! 1. Every rank of this process posts its header and its packed regions in the
-//!    process's shared memory (`Node::posts`), and meets the others at a barrier.
-//! 2. The leader (the process's first rank) agrees with the other processes' leaders: one
-//!    `MPI_Allgather` of a fixed record per process (failed?, all ranks alike?, a digest
-//!    of the header). When every process sent the same digest of alike ranks, every rank
+//! 1. Every rank of this process but the leader (its first rank) posts its header and
+//!    its packed regions in the process's shared memory (`Node::posts`); the leader reads
+//!    its own regions in place. They meet at a barrier.
+//! 2. The leader agrees with the other processes' leaders in one round of point-to-point
+//!    messages: each sends every other a fixed record (failed?, all ranks alike?, a
+//!    digest of the header) and, when the stage is small, its ranks' data with it
+//!    (`Node::agree`). When every process sent the same digest of alike ranks, every rank
 //!    of the group has that header and the verdict is [`agree`] over it; otherwise the
 //!    leaders exchange every rank's header (and the error of a failed rank) and run
-//!    [`agree`] over them all, which names the same value and the same shapes everywhere.
-//!    Then the payload: one nonblocking MPI operation per dtype region, started together
-//!    (`MPI_Iallgatherv` of every rank's inputs, or `MPI_Ibcast` of the root's).
-//!    Reductions fold every rank's values in rank order, in the element's accumulator,
-//!    as [`reduce_reference`](crate::comm::reduce_reference) does: bit for bit the same
-//!    on every rank of every process, whatever the MPI library, and for `f16`/`bf16`,
-//!    which MPI has no type for, too (MPI only moves bytes).
-//! 3. The leader posts the verdict and the results (`Node::shared`); after a second
-//!    barrier every rank copies out what is its own.
+//!    [`agree`] over them all (`Node::settle`), which names the same value and the same
+//!    shapes everywhere. A small stage is then done: each leader has every rank's data
+//!    (`Node::small`). A large one runs its payload: for the reductions a reduce-scatter
+//!    in rank order then an allgather, point to point (`Node::scatter_gather`); for the
+//!    others one nonblocking MPI operation per dtype region, started together
+//!    (`MPI_Iallgatherv`, `MPI_Ibcast`). Reductions fold every rank's values in rank
+//!    order, in the element's accumulator, as
+//!    [`reduce_reference`](crate::comm::reduce_reference) does: bit for bit the same on
+//!    every rank of every process, whatever the MPI library, and for `f16`/`bf16`, which
+//!    MPI has no type for, too (MPI only moves bytes).
+//! 3. The leader posts the verdict and the results (`Node::shared`), or leaves a large
+//!    `allreduce`'s in its own regions; after a second barrier every other rank copies out
+//!    what is its own.
 //!
-//! The ranks of a process share buffers behind a lock, not pointers. The leader's MPI
-//! waits poll and give up when the group is aborted (`super::wait`, the one `unsafe`
-//! call here: a request given up on leaves its buffers to MPI for good).
+//! The ranks of a process share buffers behind a lock, not pointers. The leader's waits
+//! in the agreement poll and give up when the group is aborted (`super::wait`, the one
+//! `unsafe` call here: a request given up on leaves its buffers to MPI for good). Once
+//! every process has agreed, the payload runs to its end: its requests may read and write
+//! the leader's own regions in place, which could not be left to MPI.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use ::mpi::datatype::PartitionMut;
+use ::mpi::point_to_point::Status as MpiStatus;
+use ::mpi::request::{Request, Scope};
 use ::mpi::traits::Communicator as _;
 use ::mpi::traits::*;
 
@@ -65,7 +75,7 @@ struct Node {
     offsets: Vec<usize>,
     process: usize,
     size: usize,
-    /// Set by the abort handle: the leader gives up the MPI calls under way (see `wait`).
+    /// Set by the abort handle: the leader gives up the agreement under way (see `wait`).
     aborted: AtomicBool,
     census: Census,
     // Last: the communicators in `leader` and `census` are freed before MPI may end.
@@ -109,8 +119,12 @@ enum Outcome {
 
 struct Leader {
     comm: SendComm,
-    /// This process's ranks' regions of one dtype, back to back (the send buffer).
+    /// What the leader sends: its record and small data, or an allgather's regions.
     send: Bytes,
+    /// Each process's record and small data, by process.
+    inbox: Vec<Bytes>,
+    /// A large reduction's chunks of the other processes' ranks.
+    scratch: Bytes,
     headers: Vec<u64>,
 }
 
@@ -121,6 +135,11 @@ struct Bytes(Vec<u64>);
 impl Bytes {
     fn bytes(&self, len: usize) -> &[u8] {
         &bytemuck::cast_slice(&self.0)[..len]
+    }
+
+    /// `len` bytes from `at`, if it holds them.
+    fn get(&self, at: usize, len: usize) -> Option<&[u8]> {
+        bytemuck::cast_slice(&self.0).get(at..at.checked_add(len)?)
     }
 
     /// The first `len` bytes, grown to hold them (never shrunk: steady state allocates
@@ -164,6 +183,8 @@ impl MpiComm {
             leader: Mutex::new(Leader {
                 comm: layout.comm,
                 send: Bytes::default(),
+                inbox: Vec::new(),
+                scratch: Bytes::default(),
                 headers: Vec::new(),
             }),
             census: Census::new(layout.census, layout.counts.clone(), layout.process),
@@ -212,8 +233,9 @@ impl Communicator for MpiComm {
             post.words.clear();
             wire::encode(header, collective, &mut post.words);
             post.failure = failure;
-            // A broadcast needs the root's values only.
-            let posts_data = collective.root().is_none_or(|root| root == self.rank);
+            // A broadcast needs the root's values only; the leader reads its own in place.
+            let posts_data = self.local != 0
+                && !matches!(collective, Collective::Broadcast { root } if root != self.rank);
             for r in regions.iter_mut().filter(|_| posts_data) {
                 let dtype = r.dtype();
                 let src = region_bytes(r);
@@ -223,8 +245,10 @@ impl Communicator for MpiComm {
             }
         }
         node.barrier.wait().map_err(|_| StageError::Aborted)?;
+        let mut in_place = false;
         if self.local == 0 {
-            let outcome = node.lead(collective);
+            let outcome;
+            (outcome, in_place) = node.lead(collective, regions);
             node.shared
                 .write()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -251,6 +275,9 @@ impl Communicator for MpiComm {
                     node.group
                 ))))
             }
+        }
+        if in_place {
+            return Ok(());
         }
         copy_out(
             &shared,
@@ -359,74 +386,261 @@ fn copy_out(
     }
 }
 
+/// Words of the record each leader sends first in a stage: failed?, its ranks' headers
+/// alike?, the header's digest and length, and whether the data rides along.
+const RECORD: usize = 5;
+
+/// The most bytes of data a process sends with its record: a stage whose every process
+/// contributes at most this much costs one MPI round (agreement and data together);
+/// a larger one agrees first, then runs the payload.
+const SMALL: usize = 64 << 10;
+
+/// Tags of the stage's point-to-point messages. Messages between two processes with one
+/// tag arrive in the order they were sent, so a stage's many messages of one tag match
+/// their receives in order; stages follow each other on one communicator per group.
+const TAG_FIRST: i32 = 1;
+const TAG_SCATTER: i32 = 2;
+const TAG_GATHER: i32 = 3;
+
+/// `len` rounded up to a multiple of 8: each region in a message starts aligned for
+/// every element type.
+fn pad(len: usize) -> usize {
+    len.div_ceil(8) * 8
+}
+
+/// The first element of process `q`'s chunk of a region of `len` elements cut in `parts`:
+/// the same on every process.
+fn bound(len: usize, q: usize, parts: usize) -> usize {
+    // In u128: `len * q` may pass usize::MAX only for absurd lengths, but never panics.
+    (len as u128 * q as u128 / parts as u128) as usize
+}
+
+/// Waits for every request of a stage's payload, to the end (see the module's docs: the
+/// requests may use the leader's own regions, which could not be left to MPI).
+fn wait_all<'a, D: ?Sized, S: Scope<'a>>(requests: Vec<Request<'a, D, S>>) -> Vec<MpiStatus> {
+    requests.into_iter().map(Request::wait).collect()
+}
+
+/// The leader's own regions by dtype, as bytes (none for a failed leader).
+type Mine<'r> = [Option<&'r mut [u8]>; DType::COUNT];
+
+/// The input of this process's rank `local` for dtype `d`: the leader's own region, the
+/// others' posts.
+fn input<'s>(
+    mine: &'s Mine<'_>,
+    posts: &'s [MutexGuard<'_, Post>],
+    local: usize,
+    d: DType,
+    bytes: usize,
+) -> Result<&'s [u8], String> {
+    if local == 0 {
+        mine[d.index()]
+            .as_deref()
+            .and_then(|r| r.get(..bytes))
+            .ok_or_else(|| format!("the leader has no {d} region of {bytes} bytes"))
+    } else {
+        Ok(posts[local].data[d.index()].bytes(bytes))
+    }
+}
+
 impl Node {
     /// The leader's part of a stage, between the two barriers: the verdict of every rank
-    /// of every process and, if they agree, the payload.
-    fn lead(&self, collective: Collective) -> Outcome {
+    /// of every process and, if they agree, the payload. Also whether the leader's own
+    /// regions hold its results already (it then copies nothing out).
+    fn lead(&self, collective: Collective, own: &mut [RegionMut<'_>]) -> (Outcome, bool) {
         let mut leader = lock(&self.leader);
         let leader = &mut *leader;
         let posts: Vec<MutexGuard<'_, Post>> = self.posts.iter().map(lock).collect();
         let mut shared = self.shared.write().unwrap_or_else(PoisonError::into_inner);
         if self.stop() {
             // No new MPI call after an abort: it would be matched with a given-up one.
-            return aborted(Abandoned);
+            return (aborted(Abandoned), false);
         }
-        let header = match self.agree(leader, &posts, collective) {
-            Ok(header) => header,
-            Err(outcome) => return outcome,
+        let mut mine: Mine<'_> = Default::default();
+        for r in own.iter_mut() {
+            let d = r.dtype();
+            mine[d.index()] = Some(region_bytes(r));
+        }
+        let (header, carried) = match self.agree(leader, &posts, &mine, collective) {
+            Ok(agreed) => agreed,
+            Err(outcome) => return (outcome, false),
         };
-        match self.payload(leader, &posts, &header, &mut shared) {
-            Ok(()) => Outcome::Ok,
-            Err(reason) => Outcome::Comm(reason),
+        let done = if carried {
+            self.small(leader, &posts, &mine, &header, &mut shared)
+                .map(|()| false)
+        } else {
+            self.payload(leader, &posts, &mut mine, &header, &mut shared)
+        };
+        match done {
+            Ok(in_place) => (Outcome::Ok, in_place),
+            Err(reason) => (Outcome::Comm(reason), false),
         }
     }
 
-    /// Whether the group was aborted: its leader's MPI waits give up.
+    /// Whether the group was aborted: the leader's waits in an agreement give up.
     fn stop(&self) -> bool {
         self.aborted.load(Acquire)
     }
 
-    /// Leaves every buffer an abandoned request may reference to MPI (see `wait`).
-    fn abandon(leader: &mut Leader, shared: &mut Shared) {
-        wait::leak(&mut leader.send.0);
-        for b in shared.all.iter_mut().chain(shared.result.iter_mut()) {
-            wait::leak(&mut b.0);
-        }
+    /// The bytes process `q` contributes to a stage with regions of `lens` elements: for
+    /// each dtype, each contributing rank's region, padded (every rank's, or the root's).
+    fn carried_len(&self, collective: Collective, lens: &[usize; DType::COUNT], q: usize) -> usize {
+        let ranks = match collective {
+            Collective::Broadcast { root } => usize::from(self.process_of(root) == Some(q)),
+            _ => self.counts[q],
+        };
+        DType::ALL
+            .iter()
+            .map(|d| ranks * pad(lens[d.index()] * d.size()))
+            .sum()
     }
 
     /// The verdict, the same on every process: `Ok` with the header every rank agreed on
-    /// (the first rank's of this process), or why not.
+    /// (the first rank's of this process) and whether every process's data came with the
+    /// records, or why not.
+    ///
+    /// One round of point-to-point messages between the leaders carries each process's
+    /// record and, for a small stage, its data. When every process sent the same digest
+    /// of alike ranks, every rank of the group has that header; otherwise the leaders
+    /// exchange every rank's header (and the error of a failed rank) in [`Node::settle`].
     fn agree(
         &self,
         leader: &mut Leader,
         posts: &[MutexGuard<'_, Post>],
+        mine: &Mine<'_>,
         collective: Collective,
-    ) -> Result<OwnedHeader, Outcome> {
+    ) -> Result<(OwnedHeader, bool), Outcome> {
         let bad = |reason: &str| Outcome::Comm(reason.to_string());
         let first = wire::decode(&posts[0].words).ok_or_else(|| bad("a rank posted no header"))?;
         // Word 3 of a header is its status (see `wire::encode`): 0 for `Ok`.
         let failed = posts.iter().any(|p| p.words.get(3).is_none_or(|&w| w != 0));
         let alike = posts.iter().all(|p| p.words == posts[0].words);
-        let digest = wire::digest(&posts[0].words);
-        let mine = [
+        let lens = region_lens(&first.slots);
+        let processes = self.counts.len();
+        let locals: Vec<usize> = match collective {
+            Collective::Broadcast { root } => (0..posts.len())
+                .filter(|&l| self.offsets[self.process] + l == root)
+                .collect(),
+            _ => (0..posts.len()).collect(),
+        };
+        let has = |d: DType| {
+            let bytes = lens[d.index()] * d.size();
+            bytes == 0
+                || locals
+                    .iter()
+                    .all(|&l| input(mine, posts, l, d, bytes).is_ok())
+        };
+        // If every process brings this header (the fast case), each decides alike.
+        let carry = !failed
+            && alike
+            && first.collective == collective
+            && (0..processes).all(|q| self.carried_len(collective, &lens, q) <= SMALL)
+            && DType::ALL.into_iter().all(has);
+        let record = [
             u64::from(failed),
             u64::from(alike),
-            digest,
+            wire::digest(&posts[0].words),
             posts[0].words.len() as u64,
+            u64::from(carry),
         ];
-        let processes = self.counts.len();
-        let mut records = vec![0u64; 4 * processes];
-        wait::all_gather(&leader.comm.0, &mine, &mut records, || self.stop()).map_err(aborted)?;
-        let fast = records
-            .chunks_exact(4)
-            .all(|r| r[0] == 0 && r[1] == 1 && r[2..] == mine[2..]);
-        if fast {
-            // Every rank of every process brought this very header.
-            return match agree(self.size, collective, |_| first.header()) {
-                Ok(()) => Ok(first),
-                Err(d) => Err(Outcome::Disagreed(d)),
-            };
+        let data = if carry {
+            self.carried_len(collective, &lens, self.process)
+        } else {
+            0
+        };
+        let Leader {
+            comm, send, inbox, ..
+        } = leader;
+        let message = send.bytes_mut(RECORD * 8 + data);
+        message[..RECORD * 8].copy_from_slice(bytemuck::cast_slice(&record));
+        if carry {
+            // Every dtype's region of each contributing rank, padded (checked by `has`).
+            let mut at = RECORD * 8;
+            for d in DType::ALL {
+                let bytes = lens[d.index()] * d.size();
+                for &l in &locals {
+                    if let Ok(src) = input(mine, posts, l, d, bytes) {
+                        message[at..at + bytes].copy_from_slice(src);
+                    }
+                    at += pad(bytes);
+                }
+            }
         }
+        let message = &*message;
+        inbox.resize_with(processes, Bytes::default);
+        let comm = &comm.0;
+        let statuses = ::mpi::request::scope(|scope| {
+            let mut requests = Vec::with_capacity(2 * processes);
+            for (q, buf) in inbox.iter_mut().enumerate() {
+                if q != self.process {
+                    let from = comm.process_at_rank(q as i32);
+                    let buf = buf.bytes_mut(RECORD * 8 + SMALL);
+                    requests.push(from.immediate_receive_into_with_tag(scope, buf, TAG_FIRST));
+                }
+            }
+            for q in (0..processes).filter(|&q| q != self.process) {
+                let to = comm.process_at_rank(q as i32);
+                requests.push(to.immediate_send_with_tag(scope, message, TAG_FIRST));
+            }
+            // SAFETY: on `Err` the buffers of every request (`send` and `inbox`, the
+            // leader's own) are leaked below, under the leader's lock, before anything
+            // else can reach them.
+            unsafe { wait::all_statuses(requests, || self.stop()) }
+        });
+        let Ok(statuses) = statuses else {
+            wait::leak(&mut send.0);
+            inbox.iter_mut().for_each(|b| wait::leak(&mut b.0));
+            return Err(aborted(Abandoned));
+        };
+        let got: Vec<usize> = statuses
+            .iter()
+            .map(|s| usize::try_from(s.count(u8::equivalent_datatype())).unwrap_or(0))
+            .collect();
+        let peers = || (0..processes).filter(|&q| q != self.process).zip(&got);
+        let mut fast = !failed && alike;
+        for (q, &len) in peers() {
+            let theirs = inbox[q].0.get(..RECORD).filter(|_| len >= RECORD * 8);
+            let theirs = theirs.ok_or_else(|| bad("a process sent no record"))?;
+            fast &= theirs[0] == 0 && theirs[1] == 1 && theirs[2..4] == record[2..4];
+        }
+        if !fast {
+            return self
+                .settle(leader, posts, collective, first)
+                .map(|h| (h, false));
+        }
+        // Same header everywhere: every process decided alike whether to carry its data
+        // (and if not, every process sees it and says so).
+        let odd = |(q, &len): (usize, &usize)| {
+            inbox[q].0[RECORD - 1] != record[RECORD - 1]
+                || carry && len != RECORD * 8 + self.carried_len(collective, &lens, q)
+        };
+        if let Some((q, len)) = peers().find(|&p| odd(p)) {
+            return Err(Outcome::Comm(format!(
+                "the processes disagree on the data of a stage (process {q}: {len} bytes, \
+                 carried: {}; here: {carry}, {} bytes expected)",
+                inbox[q].0[RECORD - 1],
+                RECORD * 8 + self.carried_len(collective, &lens, q)
+            )));
+        }
+        // Every rank of every process brought this very header.
+        match agree(self.size, collective, |_| first.header()) {
+            Ok(()) => Ok((first, carry)),
+            Err(d) => Err(Outcome::Disagreed(d)),
+        }
+    }
+
+    /// The verdict when the records differ: the leaders exchange every rank's header and
+    /// the failure of each failed one, and every process runs [`agree`] over all of them,
+    /// which names the same value and the same shapes everywhere.
+    fn settle(
+        &self,
+        leader: &mut Leader,
+        posts: &[MutexGuard<'_, Post>],
+        collective: Collective,
+        first: OwnedHeader,
+    ) -> Result<OwnedHeader, Outcome> {
+        let bad = |reason: &str| Outcome::Comm(reason.to_string());
+        let processes = self.counts.len();
         // Every rank's header, and the failure of each failed one, from every process.
         let words = &mut leader.headers;
         words.clear();
@@ -499,15 +713,80 @@ impl Node {
         }
     }
 
-    /// The payload of an agreed stage: one nonblocking MPI operation per dtype region,
-    /// started together, then the reductions in rank order.
+    /// The payload of a small stage, from the data that came with the records: each
+    /// leader has every contributing rank's region and computes the results itself.
+    fn small(
+        &self,
+        leader: &Leader,
+        posts: &[MutexGuard<'_, Post>],
+        mine: &Mine<'_>,
+        header: &OwnedHeader,
+        shared: &mut Shared,
+    ) -> Result<(), String> {
+        let lens = region_lens(&header.slots);
+        let collective = header.collective;
+        let dtypes = DType::ALL.into_iter().filter(|d| lens[d.index()] > 0);
+        // Rank `r`'s region of dtype `d`: here, or in its process's message (laid out as
+        // `agree` wrote it).
+        let region = |r: usize, d: DType| -> Result<&[u8], String> {
+            let q = self.process_of(r).ok_or("a rank beyond the group")?;
+            let bytes = lens[d.index()] * d.size();
+            if q == self.process {
+                return input(mine, posts, r - self.offsets[q], d, bytes);
+            }
+            let (ranks, within) = match collective {
+                Collective::Broadcast { .. } => (1, 0),
+                _ => (self.counts[q], r - self.offsets[q]),
+            };
+            let before: usize = DType::ALL[..d.index()]
+                .iter()
+                .map(|e| ranks * pad(lens[e.index()] * e.size()))
+                .sum();
+            let at = RECORD * 8 + before + within * pad(bytes);
+            leader.inbox[q]
+                .get(at, bytes)
+                .ok_or_else(|| "a process's message is too short".to_string())
+        };
+        for d in dtypes {
+            let bytes = lens[d.index()] * d.size();
+            match collective {
+                Collective::Broadcast { root } => {
+                    let src = region(root, d)?;
+                    shared.result[d.index()]
+                        .bytes_mut(bytes)
+                        .copy_from_slice(src);
+                }
+                Collective::AllGather => {
+                    let all = shared.all[d.index()].bytes_mut(self.size * bytes);
+                    for (r, dst) in all.chunks_exact_mut(bytes).enumerate() {
+                        dst.copy_from_slice(region(r, d)?);
+                    }
+                }
+                Collective::AllReduce(op)
+                | Collective::ReduceScatter(op)
+                | Collective::Reduce { op, .. } => {
+                    let srcs = (0..self.size)
+                        .map(|r| region(r, d))
+                        .collect::<Result<Vec<&[u8]>, String>>()?;
+                    let dst = shared.result[d.index()].bytes_mut(bytes);
+                    with_dtype!(d, E => fold::<E>(&srcs, None, op, dst));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The payload of a large stage, once agreed: one nonblocking MPI operation per dtype
+    /// region, started together (`MPI_Ibcast`, `MPI_Iallgatherv`), or, for the reductions,
+    /// [`Node::scatter_gather`]. Whether the leader's regions hold its results already.
     fn payload(
         &self,
         leader: &mut Leader,
         posts: &[MutexGuard<'_, Post>],
+        mine: &mut Mine<'_>,
         header: &OwnedHeader,
         shared: &mut Shared,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let lens = region_lens(&header.slots);
         let dtypes: Vec<DType> = DType::ALL
             .into_iter()
@@ -518,19 +797,30 @@ impl Node {
                 format!("a region of {elems} {d} elements is over MPI's 2 GiB per call")
             })
         };
+        for &d in &dtypes {
+            count(lens[d.index()], d)?;
+        }
+        if let Collective::AllReduce(_) | Collective::ReduceScatter(_) | Collective::Reduce { .. } =
+            header.collective
+        {
+            return self.scatter_gather(leader, posts, mine, &lens, header.collective, shared);
+        }
         if let Collective::Broadcast { root } = header.collective {
             let from = self.process_of(root).ok_or("the root is no rank")?;
             let rank_here = root.wrapping_sub(self.offsets[self.process]);
             for &d in &dtypes {
                 let bytes = lens[d.index()] * d.size();
-                count(lens[d.index()], d)?;
-                let buf = shared.result[d.index()].bytes_mut(bytes);
                 if from == self.process {
-                    buf.copy_from_slice(posts[rank_here].data[d.index()].bytes(bytes));
+                    let src = input(mine, posts, rank_here, d, bytes)?;
+                    shared.result[d.index()]
+                        .bytes_mut(bytes)
+                        .copy_from_slice(src);
+                } else {
+                    shared.result[d.index()].bytes_mut(bytes);
                 }
             }
             let root = leader.comm.0.process_at_rank(from as i32);
-            let done = ::mpi::request::scope(|scope| {
+            ::mpi::request::scope(|scope| {
                 let mut requests = Vec::with_capacity(dtypes.len());
                 for (d, buf) in shared.result.iter_mut().enumerate() {
                     let bytes = lens[d] * DType::ALL[d].size();
@@ -538,17 +828,11 @@ impl Node {
                         requests.push(root.immediate_broadcast_into(scope, buf.bytes_mut(bytes)));
                     }
                 }
-                // SAFETY: on `Err` every buffer of the requests is leaked below, under the
-                // locks, before anything else can reach it.
-                unsafe { wait::all(requests, || self.stop()) }
+                wait_all(requests);
             });
-            if done.is_err() {
-                Self::abandon(leader, shared);
-                return Err(ABORTED.into());
-            }
-            return Ok(());
+            return Ok(false);
         }
-        // Every rank's inputs, gathered: this process's ranks' back to back first.
+        // allgather: every rank's inputs, this process's ranks' back to back.
         let n = posts.len();
         let mut partitions = Vec::with_capacity(dtypes.len());
         for &d in &dtypes {
@@ -576,9 +860,9 @@ impl Node {
             let mut at = 0;
             for (&d, &block) in dtypes.iter().zip(&blocks) {
                 let one = block / n;
-                for (l, post) in posts.iter().enumerate() {
-                    send[at + l * one..at + (l + 1) * one]
-                        .copy_from_slice(post.data[d.index()].bytes(one));
+                for l in 0..n {
+                    let src = input(mine, posts, l, d, one)?;
+                    send[at + l * one..at + (l + 1) * one].copy_from_slice(src);
                 }
                 at += block;
             }
@@ -604,7 +888,7 @@ impl Node {
             ));
         }
         let comm = &leader.comm.0;
-        let done = ::mpi::request::scope(|scope| {
+        ::mpi::request::scope(|scope| {
             let mut at = 0;
             let mut requests = Vec::with_capacity(recvs.len());
             for (recv, &block) in recvs.iter_mut().zip(&blocks) {
@@ -613,35 +897,188 @@ impl Node {
                 requests.push(request);
                 at += block;
             }
-            // SAFETY: on `Err` every buffer of the requests (the send buffer, the receive
-            // buffers and the partitions' counts and displacements) is leaked below, under
-            // the locks, before anything else can reach it.
-            unsafe { wait::all(requests, || self.stop()) }
+            wait_all(requests);
         });
-        drop(recvs);
-        if done.is_err() {
-            std::mem::forget(partitions);
-            Self::abandon(leader, shared);
-            return Err(ABORTED.into());
-        }
-        let op = match header.collective {
+        Ok(false)
+    }
+
+    /// A large reduction: a reduce-scatter in rank order, then an allgather. Each region
+    /// is cut in one chunk per process (the same bounds everywhere). Process `p`'s leader
+    /// receives chunk `p` of every other process's ranks' regions, folds chunk `p` over
+    /// every rank in rank order (the same fold as `small`'s: `reduce_reference`, bit for
+    /// bit) and sends it to every other process, which receive it in place. So every
+    /// process ends with the same bits, and each leader moves and folds `1/P` of the
+    /// region instead of all of it.
+    ///
+    /// For `allreduce` and `reduce`, the leader's own region is the result (it is the
+    /// fold's source of the leader's rank, read before it is written); otherwise, and for
+    /// the other ranks of the process, the result is in `shared.result`.
+    fn scatter_gather(
+        &self,
+        leader: &mut Leader,
+        posts: &[MutexGuard<'_, Post>],
+        mine: &mut Mine<'_>,
+        lens: &[usize; DType::COUNT],
+        collective: Collective,
+        shared: &mut Shared,
+    ) -> Result<bool, String> {
+        let op = match collective {
             Collective::AllReduce(op)
             | Collective::ReduceScatter(op)
             | Collective::Reduce { op, .. } => op,
-            _ => return Ok(()),
+            _ => return Err("a reduce-scatter of a collective that reduces nothing".into()),
         };
+        let dtypes: Vec<DType> = DType::ALL
+            .into_iter()
+            .filter(|d| lens[d.index()] > 0)
+            .collect();
+        let (p, processes, n) = (self.process, self.counts.len(), posts.len());
+        let first = self.offsets[p];
+        let remote = self.size - n;
+        let total = |d: DType| lens[d.index()] * d.size();
+        // Process `q`'s chunk of a region of dtype `d`, in bytes.
+        let chunk = |d: DType, q: usize| {
+            let (l, es) = (lens[d.index()], d.size());
+            (bound(l, q, processes) * es, bound(l, q + 1, processes) * es)
+        };
+        let in_place = matches!(
+            collective,
+            Collective::AllReduce(_) | Collective::Reduce { .. }
+        ) && dtypes.iter().all(|&d| {
+            mine[d.index()]
+                .as_ref()
+                .is_some_and(|r| r.len() == total(d))
+        });
+        // Every input this process sends, checked before any request starts (a request
+        // must be waited for).
+        let mut sends: Vec<(usize, &[u8])> = Vec::with_capacity(dtypes.len() * n * processes);
         for &d in &dtypes {
-            let region = lens[d.index()];
-            let all = shared.all[d.index()].bytes(self.size * region * d.size());
-            let dst = shared.result[d.index()].bytes_mut(region * d.size());
-            with_dtype!(d, E => fold::<E>(
-                bytemuck::cast_slice(all),
-                self.size,
-                op,
-                bytemuck::cast_slice_mut(dst),
-            ));
+            for q in (0..processes).filter(|&q| q != p) {
+                let (lo, hi) = chunk(d, q);
+                for l in 0..n {
+                    sends.push((q, &input(mine, posts, l, d, total(d))?[lo..hi]));
+                }
+            }
         }
-        Ok(())
+        // The scratch: for each dtype, chunk `p` of every other process's ranks.
+        let mut blocks = [0usize; DType::COUNT];
+        let mut size = 0;
+        for &d in &dtypes {
+            blocks[d.index()] = size;
+            let (lo, hi) = chunk(d, p);
+            size += remote * pad(hi - lo);
+        }
+        let scratch = leader.scratch.bytes_mut(size);
+        let comm = &leader.comm.0;
+        {
+            let mut slots: Vec<(usize, &mut [u8])> = Vec::with_capacity(dtypes.len() * remote);
+            let mut rest: &mut [u8] = &mut *scratch;
+            for &d in &dtypes {
+                let (lo, hi) = chunk(d, p);
+                for q in (0..processes).filter(|&q| q != p) {
+                    for _ in 0..self.counts[q] {
+                        let (slot, tail) = std::mem::take(&mut rest).split_at_mut(pad(hi - lo));
+                        slots.push((q, &mut slot[..hi - lo]));
+                        rest = tail;
+                    }
+                }
+            }
+            ::mpi::request::scope(|scope| {
+                let mut requests = Vec::with_capacity(slots.len() + sends.len());
+                for (q, slot) in slots {
+                    let from = comm.process_at_rank(q as i32);
+                    requests.push(from.immediate_receive_into_with_tag(scope, slot, TAG_SCATTER));
+                }
+                for &(q, src) in &sends {
+                    let to = comm.process_at_rank(q as i32);
+                    requests.push(to.immediate_send_with_tag(scope, src, TAG_SCATTER));
+                }
+                wait_all(requests);
+            });
+        }
+        drop(sends);
+        let scratch = &*scratch;
+        // Chunk `p`, folded over every rank in rank order.
+        for &d in &dtypes {
+            let (lo, hi) = chunk(d, p);
+            let c = hi - lo;
+            // Every rank's chunk but the leader's: the process's other ranks' posts, and
+            // the other processes' ranks' slots in the scratch.
+            let other = |r: usize| {
+                if (first..first + n).contains(&r) {
+                    &posts[r - first].data[d.index()].bytes(total(d))[lo..hi]
+                } else {
+                    let slot = if r < first { r } else { r - n };
+                    &scratch[blocks[d.index()] + slot * pad(c)..][..c]
+                }
+            };
+            if in_place {
+                let srcs: Vec<&[u8]> = (0..self.size)
+                    .map(|r| if r == first { &[][..] } else { other(r) })
+                    .collect();
+                let Some(dst) = mine[d.index()].as_deref_mut() else {
+                    return Err(format!("the leader has no {d} region"));
+                };
+                with_dtype!(d, E => fold::<E>(&srcs, Some(first), op, &mut dst[lo..hi]));
+            } else {
+                let own = &input(mine, posts, 0, d, total(d))?[lo..hi];
+                let srcs: Vec<&[u8]> = (0..self.size)
+                    .map(|r| if r == first { own } else { other(r) })
+                    .collect();
+                let dst = &mut shared.result[d.index()].bytes_mut(total(d))[lo..hi];
+                with_dtype!(d, E => fold::<E>(&srcs, None, op, dst));
+            }
+        }
+        // Every chunk to every process.
+        let results: Vec<&mut [u8]> = if in_place {
+            mine.iter_mut()
+                .filter_map(|r| r.as_deref_mut())
+                .filter(|r| !r.is_empty())
+                .collect()
+        } else {
+            shared
+                .result
+                .iter_mut()
+                .zip(DType::ALL)
+                .filter(|(_, d)| lens[d.index()] > 0)
+                .map(|(b, d)| b.bytes_mut(total(d)))
+                .collect()
+        };
+        if results.len() != dtypes.len() {
+            return Err("the leader's regions do not match the header".into());
+        }
+        ::mpi::request::scope(|scope| {
+            let mut requests = Vec::with_capacity(dtypes.len() * 2 * processes);
+            for (&d, buf) in dtypes.iter().zip(results) {
+                let mut rest = buf;
+                for q in 0..processes {
+                    let (lo, hi) = chunk(d, q);
+                    let (part, tail) = std::mem::take(&mut rest).split_at_mut(hi - lo);
+                    rest = tail;
+                    if q == p {
+                        let part: &[u8] = part;
+                        for t in (0..processes).filter(|&t| t != p) {
+                            let to = comm.process_at_rank(t as i32);
+                            requests.push(to.immediate_send_with_tag(scope, part, TAG_GATHER));
+                        }
+                    } else {
+                        let from = comm.process_at_rank(q as i32);
+                        requests
+                            .push(from.immediate_receive_into_with_tag(scope, part, TAG_GATHER));
+                    }
+                }
+            }
+            wait_all(requests);
+        });
+        if in_place && n > 1 {
+            // The process's other ranks copy the result out of `shared`.
+            for (d, r) in mine.iter().enumerate() {
+                if let Some(r) = r.as_deref().filter(|_| lens[d] > 0) {
+                    shared.result[d].bytes_mut(r.len()).copy_from_slice(r);
+                }
+            }
+        }
+        Ok(in_place)
     }
 
     /// The process that hosts global rank `rank`.
@@ -657,21 +1094,44 @@ fn aborted(_: Abandoned) -> Outcome {
     Outcome::Comm(ABORTED.into())
 }
 
-/// `dst[i]` = rank 0's `i`-th element combined with rank 1's, then rank 2's, ... in the
-/// accumulator, narrowed once: [`reduce_reference`](crate::comm::reduce_reference), by
-/// blocks. `all` holds the ranks' regions back to back.
-fn fold<E: Element>(all: &[E], ranks: usize, op: ReduceOp, dst: &mut [E]) {
+/// `dst[i]` = `srcs[0]`'s `i`-th element combined with `srcs[1]`'s, then `srcs[2]`'s, ...
+/// in the accumulator, narrowed once: [`reduce_reference`](crate::comm::reduce_reference)
+/// over the ranks, by blocks. Source `own`, if any, is `dst` itself: each block is read
+/// before it is written.
+fn fold<E: Element + bytemuck::Pod>(
+    srcs: &[&[u8]],
+    own: Option<usize>,
+    op: ReduceOp,
+    dst: &mut [u8],
+) {
+    let dst: &mut [E] = bytemuck::cast_slice_mut(dst);
+    let srcs: Vec<&[E]> = srcs
+        .iter()
+        .enumerate()
+        .map(|(q, s)| match own {
+            Some(o) if o == q => &[],
+            _ => bytemuck::cast_slice(s),
+        })
+        .collect();
     let region = dst.len();
     let mut acc = vec![<E::Acc as Default>::default(); BLOCK.min(region)];
     let mut start = 0;
     while start < region {
         let end = (start + BLOCK).min(region);
         let acc = &mut acc[..end - start];
-        load::<E>(acc, &all[start..end]);
-        for q in 1..ranks {
-            combine::<E>(acc, &all[q * region + start..q * region + end], op);
+        for (q, src) in srcs.iter().enumerate() {
+            let src = if own == Some(q) {
+                &dst[start..end]
+            } else {
+                &src[start..end]
+            };
+            if q == 0 {
+                load::<E>(acc, src);
+            } else {
+                combine::<E>(acc, src, op);
+            }
         }
-        finish::<E>(acc, op, ranks, &mut dst[start..end]);
+        finish::<E>(acc, op, srcs.len(), &mut dst[start..end]);
         start = end;
     }
 }

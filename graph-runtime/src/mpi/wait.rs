@@ -10,6 +10,7 @@
 
 use ::mpi::datatype::PartitionMut;
 use ::mpi::ffi;
+use ::mpi::point_to_point::Status;
 use ::mpi::request::{scope, Request, Scope};
 use ::mpi::topology::SimpleCommunicator;
 use ::mpi::traits::*;
@@ -34,6 +35,38 @@ pub(super) unsafe fn all<'a, D: ?Sized + 'a, S: Scope<'a>>(
     requests: Vec<Request<'a, D, S>>,
     stop: impl Fn() -> bool,
 ) -> Result<(), Abandoned> {
+    // SAFETY: this function's contract, passed on.
+    unsafe { poll(requests, None, stop) }
+}
+
+/// [`all`], with the status of each request, in order (a receive's says how many bytes
+/// came).
+///
+/// # Safety
+///
+/// As for [`all`].
+pub(super) unsafe fn all_statuses<'a, D: ?Sized + 'a, S: Scope<'a>>(
+    requests: Vec<Request<'a, D, S>>,
+    stop: impl Fn() -> bool,
+) -> Result<Vec<Status>, Abandoned> {
+    // SAFETY: `MPI_Status` is a plain C struct of integers: all zeroes is a valid value,
+    // overwritten by `MPI_Testall` for each request it completes.
+    let mut statuses = vec![unsafe { std::mem::zeroed::<ffi::MPI_Status>() }; requests.len()];
+    // SAFETY: this function's contract, passed on.
+    unsafe { poll(requests, Some(&mut statuses), stop)? };
+    Ok(statuses.into_iter().map(Status::from_raw).collect())
+}
+
+/// The polling of [`all`]: `statuses`, when given, holds one status per request.
+///
+/// # Safety
+///
+/// As for [`all`].
+unsafe fn poll<'a, D: ?Sized + 'a, S: Scope<'a>>(
+    requests: Vec<Request<'a, D, S>>,
+    mut statuses: Option<&mut [ffi::MPI_Status]>,
+    stop: impl Fn() -> bool,
+) -> Result<(), Abandoned> {
     let mut raw: Vec<ffi::MPI_Request> = requests
         .into_iter()
         // SAFETY: `into_raw` only unregisters the request from its scope, so that a scope
@@ -46,15 +79,17 @@ pub(super) unsafe fn all<'a, D: ?Sized + 'a, S: Scope<'a>>(
     let mut spins = 0u32;
     loop {
         let mut done = 0;
+        let status_ptr = match statuses.as_deref_mut() {
+            Some(s) => s.as_mut_ptr(),
+            None => ffi::RSMPI_STATUSES_IGNORE,
+        };
         // SAFETY: `raw` holds `count` live requests (or `MPI_REQUEST_NULL` for the ones
-        // completed by an earlier test, which `MPI_Testall` skips); statuses are ignored.
+        // completed by an earlier test, which `MPI_Testall` skips); `status_ptr` is
+        // `MPI_STATUSES_IGNORE` or `count` writable statuses. `MPI_Testall` completes all
+        // of them at once or none (MPI 3.1, 3.7.5), so the statuses it writes belong to
+        // the call that returns `done`.
         unsafe {
-            ffi::MPI_Testall(
-                count,
-                raw.as_mut_ptr(),
-                &mut done,
-                ffi::RSMPI_STATUSES_IGNORE,
-            );
+            ffi::MPI_Testall(count, raw.as_mut_ptr(), &mut done, status_ptr);
         }
         if done != 0 {
             return Ok(());
