@@ -650,26 +650,8 @@ impl Node {
             words.extend_from_slice(&p.words);
             Failure::encode(p.failure.as_ref(), words);
         }
-        let mut lens = vec![0u64; processes];
-        let len = [words.len() as u64];
-        wait::all_gather(&leader.comm.0, &len, &mut lens, || self.stop()).map_err(aborted)?;
-        let counts: Vec<i32> = lens
-            .iter()
-            .map(|&n| i32::try_from(n).unwrap_or(i32::MAX))
-            .collect();
-        let displs: Vec<i32> = counts
-            .iter()
-            .scan(0i32, |at, &n| {
-                let here = *at;
-                *at = at.saturating_add(n);
-                Some(here)
-            })
-            .collect();
-        let total = lens.iter().sum::<u64>();
-        let mut every = vec![0u64; usize::try_from(total).unwrap_or(0)];
-        let stop = || self.stop();
-        wait::all_gather_varcount(&leader.comm.0, words, counts, displs, &mut every, stop)
-            .map_err(aborted)?;
+        let every =
+            wait::all_gather_words(&leader.comm.0, words, || self.stop()).map_err(aborted)?;
         let mut headers: Vec<(OwnedHeader, Option<Failure>)> = Vec::with_capacity(self.size);
         let mut rest = &every[..];
         let corrupt = || bad("a process sent headers that do not decode");

@@ -47,17 +47,7 @@ impl Census {
             .iter()
             .map(|&n| i32::try_from(n).ok())
             .collect::<Option<_>>()?;
-        let displs: Vec<i32> = counts
-            .iter()
-            .scan(0i32, |at, &n| {
-                let here = *at;
-                *at = at.checked_add(n)?;
-                Some(here)
-            })
-            .collect();
-        if displs.len() != counts.len() {
-            return None;
-        }
+        let displs = wait::displacements(&counts)?;
         let total = self.counts.iter().sum();
         let mut all = vec![0u8; total];
         let mine: Vec<u8> = mine.iter().map(|&s| encode(s)).collect();

@@ -212,30 +212,11 @@ impl Mpi {
     }
 }
 
-/// Every process's `words`, process after process (`MPI_Allgather` of the lengths, then
-/// `MPI_Allgatherv`).
+/// Every process's `words`, process after process (see `wait::all_gather_words`), waited
+/// for to the end.
 pub(crate) fn all_gather_words(comm: &SimpleCommunicator, words: &[u64]) -> Vec<u64> {
-    use ::mpi::datatype::PartitionMut;
-    let processes = rank_of(comm.size());
-    let mut lens = vec![0u64; processes];
-    comm.all_gather_into(&(words.len() as u64), &mut lens[..]);
-    let counts: Vec<i32> = lens
-        .iter()
-        .map(|&n| i32::try_from(n).unwrap_or(i32::MAX))
-        .collect();
-    let displs: Vec<i32> = counts
-        .iter()
-        .scan(0i32, |at, &n| {
-            let here = *at;
-            *at = at.saturating_add(n);
-            Some(here)
-        })
-        .collect();
-    let total = lens.iter().sum::<u64>();
-    let mut every = vec![0u64; usize::try_from(total).unwrap_or(0)];
-    let mut recv = PartitionMut::new(&mut every[..], &counts[..], &displs[..]);
-    comm.all_gather_varcount_into(words, &mut recv);
-    every
+    // Never `Err`: a wait that is never told to stop is never given up on.
+    wait::all_gather_words(comm, words, || false).unwrap_or_default()
 }
 
 fn rank_of(r: i32) -> usize {

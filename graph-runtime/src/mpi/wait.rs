@@ -162,3 +162,44 @@ pub(super) fn all_gather_varcount<T: Equivalence + Copy>(
     }
     done
 }
+
+/// Where each process's block starts when blocks of `counts` lie back to back: the
+/// displacements of an `MPI_Iallgatherv`. `None` past `i32::MAX`, which MPI cannot address.
+pub(super) fn displacements(counts: &[i32]) -> Option<Vec<i32>> {
+    counts
+        .iter()
+        .scan(Some(0i32), |at, &n| {
+            let here = (*at)?;
+            *at = here.checked_add(n);
+            Some(Some(here))
+        })
+        .collect()
+}
+
+/// Every process's `words`, process after process (an `MPI_Iallgather` of the lengths,
+/// then an `MPI_Iallgatherv`), waited for until `stop()`.
+pub(super) fn all_gather_words(
+    comm: &SimpleCommunicator,
+    words: &[u64],
+    stop: impl Fn() -> bool,
+) -> Result<Vec<u64>, Abandoned> {
+    let processes = usize::try_from(comm.size()).unwrap_or(0);
+    let mut lens = vec![0u64; processes];
+    all_gather(comm, &[words.len() as u64], &mut lens, &stop)?;
+    // Past what MPI can address, nothing is gathered: every process has the same lengths,
+    // so each gets the same empty result (which decodes as no headers, alike everywhere).
+    let Some(counts) = lens
+        .iter()
+        .map(|&n| i32::try_from(n).ok())
+        .collect::<Option<Vec<i32>>>()
+    else {
+        return Ok(Vec::new());
+    };
+    let Some(displs) = displacements(&counts) else {
+        return Ok(Vec::new());
+    };
+    let total = lens.iter().sum::<u64>();
+    let mut every = vec![0u64; usize::try_from(total).unwrap_or(0)];
+    all_gather_varcount(comm, words, counts, displs, &mut every, stop)?;
+    Ok(every)
+}
