@@ -19,7 +19,11 @@ use actorgraph::mpi::rsmpi::traits::*;
 use actorgraph::mpi::Mpi;
 use actorgraph::prelude::*;
 
-const SAMPLES: usize = 15;
+#[path = "support/mpi_samples.rs"]
+mod mpi_samples;
+
+use mpi_samples::*;
+
 
 struct Worker {
     data: Tensor<f32>,
@@ -49,37 +53,6 @@ graph! {
 /// Round trips per sample: about 16 MiB of payload each way, at least 20, at most 5000.
 fn iters(bytes: usize) -> usize {
     ((16 << 20) / bytes).clamp(20, 5000)
-}
-
-/// The time per operation of `SAMPLES` samples of `n` calls of `op` each.
-fn samples(world: &SimpleCommunicator, n: usize, mut op: impl FnMut()) -> Vec<Duration> {
-    op(); // warm-up: buffers allocated, connections made
-    (0..SAMPLES)
-        .map(|_| {
-            world.barrier();
-            let start = Instant::now();
-            for _ in 0..n {
-                op();
-            }
-            start.elapsed() / n as u32
-        })
-        .collect()
-}
-
-fn stats(mut v: Vec<Duration>) -> [Duration; 3] {
-    v.sort();
-    [v[0], v[v.len() / 2], v[v.len() - 1]]
-}
-
-fn fmt(d: Duration) -> String {
-    let ns = d.as_secs_f64() * 1e9;
-    if ns >= 1e6 {
-        format!("{:.3} ms", ns / 1e6)
-    } else if ns >= 1e3 {
-        format!("{:.2} µs", ns / 1e3)
-    } else {
-        format!("{ns:.0} ns")
-    }
 }
 
 fn main() -> Result<(), actorgraph::Error> {

@@ -20,7 +20,11 @@ use actorgraph::mpi::rsmpi::traits::*;
 use actorgraph::mpi::Mpi;
 use actorgraph::prelude::*;
 
-const SAMPLES: usize = 15;
+#[path = "support/mpi_samples.rs"]
+mod mpi_samples;
+
+use mpi_samples::{fmt, stats, SAMPLES};
+
 const ITERS: u32 = 2000;
 
 struct Worker {
@@ -48,15 +52,6 @@ graph! {
         let sum = allreduce(workers.grad(), Sum);
         workers.keep(sum)
     }
-}
-
-fn stats(mut v: Vec<Duration>) -> [Duration; 3] {
-    v.sort();
-    [v[0], v[v.len() / 2], v[v.len() - 1]]
-}
-
-fn us(d: Duration) -> String {
-    format!("{:.2} µs", d.as_secs_f64() * 1e6)
 }
 
 fn main() -> Result<(), actorgraph::Error> {
@@ -102,10 +97,10 @@ fn main() -> Result<(), actorgraph::Error> {
         );
         println!("| step | min / median / max per execution |");
         println!("| --- | --- |");
-        println!("| ends in its stage | {} |", a.map(us).join(" / "));
+        println!("| ends in its stage | {} |", a.map(fmt).join(" / "));
         println!(
             "| a method after the stage (+ end stage) | {} |",
-            b.map(us).join(" / ")
+            b.map(fmt).join(" / ")
         );
         let extra = b[1].as_secs_f64() * 1e6 - a[1].as_secs_f64() * 1e6;
         println!("end stage (medians): {extra:+.2} µs");

@@ -27,7 +27,11 @@ use actorgraph::mpi::rsmpi::traits::*;
 use actorgraph::mpi::Mpi;
 use actorgraph::prelude::*;
 
-const SAMPLES: usize = 15;
+#[path = "support/mpi_samples.rs"]
+mod mpi_samples;
+
+use mpi_samples::*;
+
 
 struct Worker {
     grad: Tensor<f32>,
@@ -59,45 +63,6 @@ graph! {
 /// Operations per sample: about 8 MiB of payload, at least 1, at most 2000.
 fn iters(bytes: usize) -> usize {
     ((8 << 20) / bytes).clamp(1, 2000)
-}
-
-/// The time per operation of `SAMPLES` samples of `n` calls of `op` each.
-fn samples(world: &SimpleCommunicator, n: usize, mut op: impl FnMut()) -> Vec<Duration> {
-    op(); // warm-up: buffers allocated, connections made
-    (0..SAMPLES)
-        .map(|_| {
-            world.barrier();
-            let start = Instant::now();
-            for _ in 0..n {
-                op();
-            }
-            start.elapsed() / n as u32
-        })
-        .collect()
-}
-
-fn stats(mut v: Vec<Duration>) -> [Duration; 3] {
-    v.sort();
-    [v[0], v[v.len() / 2], v[v.len() - 1]]
-}
-
-fn fmt(d: Duration) -> String {
-    let ns = d.as_secs_f64() * 1e9;
-    if ns >= 1e6 {
-        format!("{:.3} ms", ns / 1e6)
-    } else if ns >= 1e3 {
-        format!("{:.2} µs", ns / 1e3)
-    } else {
-        format!("{ns:.0} ns")
-    }
-}
-
-fn size(b: usize) -> String {
-    match b {
-        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
-        b if b >= 1 << 10 => format!("{} KiB", b >> 10),
-        b => format!("{b} B"),
-    }
 }
 
 fn row(what: &str, mpi: [Duration; 3], ag: [Duration; 3]) {
