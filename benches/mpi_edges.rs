@@ -12,7 +12,7 @@
 //! sample started after an `MPI_Barrier`. Process 0 prints, per size, the min / median /
 //! max over the samples of the time per round trip.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actorgraph::mpi::rsmpi::topology::SimpleCommunicator;
 use actorgraph::mpi::rsmpi::traits::*;

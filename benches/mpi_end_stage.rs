@@ -13,7 +13,7 @@
 //! sample started after an `MPI_Barrier`, the two graphs alternating; process 0 prints
 //! min / median / max of the time per execution.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use actorgraph::mpi::rsmpi::topology::SimpleCommunicator;
 use actorgraph::mpi::rsmpi::traits::*;
