@@ -24,7 +24,6 @@ mod mpi_samples;
 
 use mpi_samples::*;
 
-
 struct Worker {
     data: Tensor<f32>,
 }

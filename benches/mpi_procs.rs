@@ -32,7 +32,6 @@ mod mpi_samples;
 
 use mpi_samples::*;
 
-
 struct Worker {
     grad: Tensor<f32>,
     many: Vec<Tensor<f32>>,
