@@ -5,7 +5,7 @@
 # MPI benchmark scripts; elsewhere apt-get runs under sudo.
 set -euo pipefail
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null \
-    && ldconfig -p | grep -q libclang; then
+    && ldconfig -p | grep libclang >/dev/null; then
     exit 0
 fi
 echo "== installing OpenMPI and libclang (feature mpi)"
