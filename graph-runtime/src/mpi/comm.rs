@@ -34,7 +34,6 @@ use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use ::mpi::datatype::PartitionMut;
-use ::mpi::point_to_point::Status as MpiStatus;
 use ::mpi::request::{Request, Scope};
 use ::mpi::traits::Communicator as _;
 use ::mpi::traits::*;
@@ -417,8 +416,10 @@ fn bound(len: usize, q: usize, parts: usize) -> usize {
 
 /// Waits for every request of a stage's payload, to the end (see the module's docs: the
 /// requests may use the leader's own regions, which could not be left to MPI).
-fn wait_all<'a, D: ?Sized, S: Scope<'a>>(requests: Vec<Request<'a, D, S>>) -> Vec<MpiStatus> {
-    requests.into_iter().map(Request::wait).collect()
+fn wait_all<'a, D: ?Sized, S: Scope<'a>>(requests: Vec<Request<'a, D, S>>) {
+    for r in requests {
+        r.wait();
+    }
 }
 
 /// The leader's own regions by dtype, as bytes (none for a failed leader).
