@@ -472,10 +472,16 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     /// collected, or a group is broken (collecting then reports it). Before it returns
     /// `Pending`, it waits a few microseconds at most for the actors (without parking,
     /// see `sync::briefly`): a small graph is done by then, and the executor is spared a
-    /// park and a wake-up.
+    /// park and a wake-up. The waker is registered only then, and the actors checked once
+    /// more after it (see [`Group::register_waker`]): an execution found done while
+    /// waiting costs neither side the waker's lock.
     fn poll_done(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let ready = || self.groups.ready().is_err() || self.groups.is_done();
+        if crate::sync::briefly(ready) {
+            return Poll::Ready(());
+        }
         self.groups.register_waker(cx.waker());
-        if crate::sync::briefly(|| self.groups.ready().is_err() || self.groups.is_done()) {
+        if ready() {
             Poll::Ready(())
         } else {
             Poll::Pending
