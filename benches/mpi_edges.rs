@@ -67,7 +67,7 @@ fn main() -> Result<(), actorgraph::Error> {
         println!("| f32 tensor, bytes | MPI_Send + MPI_Recv round trip min / median / max | actorgraph edge round trip min / median / max | actorgraph / MPI (medians) | actorgraph - MPI (medians) |");
         println!("| --- | --- | --- | --- | --- |");
     }
-    for bytes in [4usize, 1 << 10, 64 << 10, 1 << 20, 16 << 20] {
+    for bytes in sizes(&[4, 1 << 10, 64 << 10, 1 << 20, 16 << 20]) {
         let elems = bytes / 4;
         let n = iters(bytes);
         let mut buf = vec![1.0f32 + me as f32; elems];

@@ -161,15 +161,7 @@ fn main() -> Result<(), actorgraph::Error> {
         println!("| f32 allreduce, bytes per rank | MPI_Allreduce min / median / max | actorgraph min / median / max | actorgraph / MPI (medians) | actorgraph - MPI (medians) |");
         println!("| --- | --- | --- | --- | --- |");
     }
-    for bytes in [
-        4usize,
-        1 << 10,
-        32 << 10,
-        256 << 10,
-        1 << 20,
-        16 << 20,
-        64 << 20,
-    ] {
+    for bytes in sizes(&[4, 1 << 10, 32 << 10, 256 << 10, 1 << 20, 16 << 20, 64 << 20]) {
         let elems = bytes / 4;
         let n = iters(bytes);
         let send = vec![1.0f32 + me as f32; elems];

@@ -28,6 +28,19 @@ pub fn samples(world: &SimpleCommunicator, n: usize, mut op: impl FnMut()) -> Ve
         .collect()
 }
 
+/// The sizes of `all` that `MPI_BENCH_BYTES` names (bytes, comma-separated; every one if
+/// unset), for a profile of one size: `MPI_BENCH_BYTES=4 mpirun -x MPI_BENCH_BYTES ...`.
+pub fn sizes(all: &[usize]) -> Vec<usize> {
+    let Ok(only) = std::env::var("MPI_BENCH_BYTES") else {
+        return all.to_vec();
+    };
+    let only: Vec<usize> = only
+        .split(',')
+        .filter_map(|b| b.trim().parse().ok())
+        .collect();
+    all.iter().copied().filter(|b| only.contains(b)).collect()
+}
+
 /// Min, median and max.
 pub fn stats(mut v: Vec<Duration>) -> [Duration; 3] {
     v.sort();

@@ -559,6 +559,11 @@ impl Node {
             let mut at = RECORD * 8;
             for d in DType::ALL {
                 let bytes = lens[d.index()] * d.size();
+                if bytes == 0 {
+                    // Not `input`: for a dtype the leader has no region of, its error
+                    // message would be formatted on every stage.
+                    continue;
+                }
                 for &l in &locals {
                     if let Ok(src) = input(mine, posts, l, d, bytes) {
                         message[at..at + bytes].copy_from_slice(src);
