@@ -176,6 +176,12 @@ impl NcclComm {
         // so they are checked against the header like a host stage's.
         let lens = |rs: &[DevRegion<'_>]| region_lens(rs.iter().map(|r| (r.dtype, r.len)));
         self.agree_if_fit(header, collective, lens(ins), lens(outs))?;
+        if ins.is_empty() && outs.is_empty() {
+            // Nothing to launch (the empty stage that ends a step across processes): the
+            // agreement is the whole stage. Every rank agreed on the same layout, so none
+            // launches, and none waits for a confirmation.
+            return Ok(());
+        }
         self.launch(header, collective, ins, outs)
     }
 
@@ -537,6 +543,20 @@ impl Communicator for NcclComm {
 
     fn device_comm(&mut self) -> Option<&mut dyn DeviceComm> {
         Some(self)
+    }
+
+    /// Over MPI ([`Nccl::over_mpi`](super::Nccl::over_mpi)), when the group has ranks in
+    /// other processes: a step then ends with an empty stage, whose agreement carries an
+    /// error after the last stage to every process.
+    fn spans_processes(&self) -> bool {
+        #[cfg(feature = "mpi")]
+        return self
+            .shared
+            .board
+            .other_processes()
+            .is_some_and(|a| a.processes() > 1);
+        #[cfg(not(feature = "mpi"))]
+        false
     }
 
     fn note_failure(&mut self, error: &Error) {

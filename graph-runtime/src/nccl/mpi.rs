@@ -21,7 +21,7 @@ use cudarc::nccl::sys;
 
 use super::agree::{Board, Post};
 use super::{Nccl, NcclComm};
-use crate::comm::{Backend, Call, Collective, GraphInfo, Status};
+use crate::comm::{Backend, Call, Collective, GraphInfo, Status, Wiring};
 use crate::mpi::wire::{self, Failure};
 use crate::mpi::{all_gather_words, Mpi, SendComm, World};
 use crate::Error;
@@ -171,16 +171,6 @@ impl Backend for NcclMpi<'_> {
 
     fn join(&self, graph: &GraphInfo<'_>) -> Result<Vec<usize>, Error> {
         let sizes = self.mpi.join(graph)?;
-        // After the MPI join, which found the same graph everywhere: the same verdict.
-        if self.mpi.processes() > 1 {
-            if let Some(value) = graph.edges.first() {
-                return Err(Error::Unsupported(format!(
-                    "value `{value}` of graph `{}` goes from actor to actor; on the NCCL \
-                     backend over MPI, a graph's actors meet in collectives only",
-                    graph.name
-                )));
-            }
-        }
         self.make_ids(graph)?;
         Ok(sizes)
     }
@@ -204,6 +194,7 @@ impl Backend for NcclMpi<'_> {
         let total = layout.size();
         let across = Across {
             group,
+            processes: layout.counts.len(),
             first,
             leader: Mutex::new(layout.comm),
             decided: RwLock::default(),
@@ -222,6 +213,12 @@ impl Backend for NcclMpi<'_> {
 
     fn confirm(&self, launched: Option<&Error>) -> Result<(), Error> {
         self.mpi.confirm(launched)
+    }
+
+    /// The MPI backend's: an edge between processes goes over MPI point-to-point, as on
+    /// [`Mpi`] (a GPU tensor through host memory; see `reference::mpi`).
+    fn wiring(&self) -> Result<Wiring, Error> {
+        self.mpi.wiring()
     }
 }
 
@@ -247,12 +244,18 @@ impl Backend for &NcclMpi<'_> {
     fn confirm(&self, launched: Option<&Error>) -> Result<(), Error> {
         (**self).confirm(launched)
     }
+
+    fn wiring(&self) -> Result<Wiring, Error> {
+        (**self).wiring()
+    }
 }
 
 /// A group's agreement across processes: what a [`Board`] adds when its ranks are some of
 /// the group's.
 pub(super) struct Across {
     group: &'static str,
+    /// The number of processes the group spans.
+    processes: usize,
     /// The global rank of this process's first rank.
     first: usize,
     /// The group's MPI communicator, used by this process's first rank only.
@@ -286,6 +289,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Across {
+    /// The number of processes the group spans.
+    pub(super) fn processes(&self) -> usize {
+        self.processes
+    }
+
     /// Keeps local rank `local`'s error, for its next stage to carry.
     pub(super) fn note_failure(&self, local: usize, error: &Error) {
         if let Some(slot) = self.failures.get(local) {
