@@ -95,6 +95,12 @@ fn a_failure_after_the_last_stage_reaches_every_process() {
 }
 
 #[test]
+fn a_timeout_names_the_late_rank_of_another_process_on_every_process() {
+    passes_on_simulated_gpus("timeout", &[1, 1], SHM);
+    passes_on_simulated_gpus("timeout", &[1, 2], TCP);
+}
+
+#[test]
 fn a_gpu_tensor_and_a_scalar_cross_processes_on_edges() {
     // Rank 0 and rank 2 are in different processes.
     passes_on_simulated_gpus("nccl-edges", &[1, 2], SHM);
@@ -408,6 +414,7 @@ fn worker() {
             g.teardown().unwrap();
         }
         "after" => failures::after(&backend, first..first + n, ranks),
+        "timeout" => failures::timeout(&backend, first..first + n, &layout),
         "nccl-edges" => {
             let passers = (first..first + n).map(|rank| Passer { rank }).collect();
             let mut g = Passed::launch(passers, &backend).unwrap();

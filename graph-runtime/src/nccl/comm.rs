@@ -463,7 +463,21 @@ impl Communicator for NcclComm {
 
     fn abort_handle(&self) -> AbortHandle {
         let shared = Arc::clone(&self.shared);
-        AbortHandle::new(move || shared.abort())
+        let abort = AbortHandle::new(move || shared.abort());
+        if !self.spans_processes() {
+            return abort;
+        }
+        // Over MPI: after a timeout, every process names every late rank.
+        let shared = Arc::clone(&self.shared);
+        abort.with_census(move |mine, timeout| {
+            #[cfg(feature = "mpi")]
+            return shared.board.other_processes()?.census(mine, timeout);
+            #[cfg(not(feature = "mpi"))]
+            {
+                let _ = (mine, timeout, &shared);
+                None
+            }
+        })
     }
 
     fn attach(&mut self) -> Result<(), Error> {
