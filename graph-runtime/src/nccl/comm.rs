@@ -464,20 +464,15 @@ impl Communicator for NcclComm {
     fn abort_handle(&self) -> AbortHandle {
         let shared = Arc::clone(&self.shared);
         let abort = AbortHandle::new(move || shared.abort());
-        if !self.spans_processes() {
-            return abort;
-        }
         // Over MPI: after a timeout, every process names every late rank.
-        let shared = Arc::clone(&self.shared);
-        abort.with_census(move |mine, timeout| {
-            #[cfg(feature = "mpi")]
-            return shared.board.other_processes()?.census(mine, timeout);
-            #[cfg(not(feature = "mpi"))]
-            {
-                let _ = (mine, timeout, &shared);
-                None
-            }
-        })
+        #[cfg(feature = "mpi")]
+        if self.spans_processes() {
+            let shared = Arc::clone(&self.shared);
+            return abort.with_census(move |mine, timeout| {
+                shared.board.other_processes()?.census(mine, timeout)
+            });
+        }
+        abort
     }
 
     fn attach(&mut self) -> Result<(), Error> {
