@@ -31,6 +31,9 @@ use gpu_bucket::*;
 
 use mpirun::{passes_env, SHM, TCP};
 
+#[path = "support/failures.rs"]
+mod failures;
+
 /// Builds the simulated libraries once, into the test's own directory.
 fn fakes() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -83,6 +86,25 @@ fn a_mixed_bucket_over_processes_of_2_and_1_gpus() {
 #[test]
 fn failures_are_the_same_error_on_every_process_and_the_graph_stays_usable() {
     passes_on_simulated_gpus("nccl-failures", &[1, 1], SHM);
+}
+
+#[test]
+fn a_failure_after_the_last_stage_reaches_every_process() {
+    passes_on_simulated_gpus("after", &[1, 1], SHM);
+    passes_on_simulated_gpus("after", &[1, 2], TCP);
+}
+
+#[test]
+fn a_timeout_names_the_late_rank_of_another_process_on_every_process() {
+    passes_on_simulated_gpus("timeout", &[1, 1], SHM);
+    passes_on_simulated_gpus("timeout", &[1, 2], TCP);
+}
+
+#[test]
+fn a_gpu_tensor_and_a_scalar_cross_processes_on_edges() {
+    // Rank 0 and rank 2 are in different processes.
+    passes_on_simulated_gpus("nccl-edges", &[1, 2], SHM);
+    passes_on_simulated_gpus("nccl-edges", &[2, 1], TCP);
 }
 
 #[test]
@@ -167,6 +189,62 @@ fn fail_next_alloc(device: i32) {
             .get::<unsafe extern "C" fn(i32, usize)>(b"fake_gpu_fail_alloc\0")
             .expect("the simulated driver");
         fail(device, 1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Edges between processes: a GPU tensor and a scalar, beside a collective on the GPU.
+
+/// Rank `q`'s tensor of step `s`.
+fn edge_values(q: usize, s: u64) -> Vec<f32> {
+    (0..6).map(|i| (q * 100 + i) as f32 + s as f32).collect()
+}
+
+/// Rank `q`'s scalar of step `s`.
+fn edge_scalar(q: usize, s: u64) -> i64 {
+    q as i64 * 1000 - s as i64
+}
+
+struct Passer {
+    rank: usize,
+}
+
+#[actor]
+impl Passer {
+    /// A tensor on this rank's GPU.
+    fn tensor(&mut self, s: &u64) -> Result<Tensor<f32>, BoxError> {
+        let t = Tensor::from_vec(edge_values(self.rank, *s), [2, 3])?;
+        Ok(t.to_device(&current_device()?)?)
+    }
+
+    fn scalar(&mut self, s: &u64) -> i64 {
+        edge_scalar(self.rank, *s)
+    }
+
+    /// Rank `from`'s tensor and scalar, which crossed processes (on the host: a GPU
+    /// tensor crosses through host memory).
+    fn read(&mut self, t: &Tensor<f32>, x: &i64, from: &usize, s: &u64) -> Result<f32, BoxError> {
+        let got = t.to_host()?;
+        if got.shape() != [2, 3] || got.to_vec() != edge_values(*from, *s) {
+            return Err(format!("rank {}: rank {from}'s tensor is {got:?}", self.rank).into());
+        }
+        if *x != edge_scalar(*from, *s) {
+            return Err(format!("rank {}: rank {from}'s scalar is {x}", self.rank).into());
+        }
+        Ok(got.to_vec()[0] + *x as f32)
+    }
+}
+
+graph! {
+    Passed(ns: [Passer], s: u64, zero: usize, last: usize) {
+        let t = ns.tensor(s);
+        let x = ns.scalar(s);
+        // The last rank's values to rank 0 and rank 0's to the last: each in another
+        // process.
+        let a = ns[0].read(t[2], x[2], last, s);
+        let b = ns[2].read(t[0], x[0], zero, s);
+        let sum = allreduce(t, Sum);
+        (sum, a, b)
     }
 }
 
@@ -332,6 +410,28 @@ fn worker() {
             let mut g = AllReduceOps::launch(nodes(), &backend).unwrap();
             for (l, (sum, ..)) in g.execute().unwrap().iter().enumerate() {
                 check_bucket!(check, *sum, Coll::AllReduce(ReduceOp::Sum), at(l));
+            }
+            g.teardown().unwrap();
+        }
+        "after" => failures::after(&backend, first..first + n, ranks),
+        "timeout" => failures::timeout(&backend, first..first + n, &layout),
+        "nccl-edges" => {
+            let passers = (first..first + n).map(|rank| Passer { rank }).collect();
+            let mut g = Passed::launch(passers, &backend).unwrap();
+            let last = ranks - 1;
+            for s in 0..3u64 {
+                let out = g.execute(s, 0, last).unwrap();
+                assert_eq!(out.len(), n);
+                for (l, (sum, a, b)) in out.iter().enumerate() {
+                    let rank = first + l;
+                    let want: Vec<f32> = (0..6)
+                        .map(|i| (0..ranks).map(|q| edge_values(q, s)[i]).sum())
+                        .collect();
+                    assert_eq!(host(sum), want);
+                    let read = |from| edge_values(from, s)[0] + edge_scalar(from, s) as f32;
+                    assert_eq!(*a, (rank == 0).then(|| read(last)));
+                    assert_eq!(*b, (rank == last).then(|| read(0)));
+                }
             }
             g.teardown().unwrap();
         }

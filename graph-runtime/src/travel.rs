@@ -113,6 +113,8 @@ impl Part {
 pub struct Writer {
     head: Vec<u8>,
     parts: Vec<Part>,
+    /// Why the value could not be written, if it could not (see [`Writer::fail`]).
+    failed: Option<String>,
 }
 
 // SAFETY: a `Writer` holds `Part`s, raw pointers into the value it encoded. The runtime
@@ -163,6 +165,27 @@ impl Writer {
                 len: bytes.len(),
             });
         }
+    }
+
+    /// Marks the encoding as failed, with why (the first reason is kept): the value is
+    /// not sent, and its producer's step fails with a typed error naming the edge. For an
+    /// encoder that met an error it cannot write (a GPU tensor whose copy to the host
+    /// failed).
+    ///
+    /// ```
+    /// use actorgraph::travel::Writer;
+    /// let mut w = Writer::new();
+    /// w.fail("no");
+    /// w.fail("later");
+    /// assert_eq!(w.failure(), Some("no"));
+    /// ```
+    pub fn fail(&mut self, why: impl Into<String>) {
+        self.failed.get_or_insert_with(|| why.into());
+    }
+
+    /// Why the encoding failed, if [`fail`](Writer::fail) was called.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
     }
 
     /// The head.
@@ -333,13 +356,8 @@ impl<E: Element> Travel for Tensor<E> {
         match self.host_slice() {
             Some(items) => w.elements(items),
             // A GPU tensor (feature `nccl`) goes through the host: its copy is a value of
-            // its own, which the head holds.
-            None => {
-                let host = self.to_vec();
-                let bytes = element_bytes(&host);
-                w.put_len(host.len());
-                w.put(bytes);
-            }
+            // its own, which the head holds. It arrives as a host tensor.
+            None => encode_from_device(self, w),
         }
     }
 
@@ -352,6 +370,25 @@ impl<E: Element> Travel for Tensor<E> {
         let data = r.elements::<E>()?;
         Tensor::from_vec(data, shape).ok()
     }
+}
+
+/// A GPU tensor's elements, through a host copy.
+#[cfg(feature = "nccl")]
+fn encode_from_device<E: Element>(t: &Tensor<E>, w: &mut Writer) {
+    match t.to_host() {
+        Ok(host) => {
+            let items = host.host_slice().unwrap_or_default();
+            w.put_len(items.len());
+            w.put(element_bytes(items));
+        }
+        Err(e) => w.fail(format!("its copy from the GPU failed: {e}")),
+    }
+}
+
+/// Without a GPU backend every tensor is on the host: never called.
+#[cfg(not(feature = "nccl"))]
+fn encode_from_device<E: Element>(_: &Tensor<E>, w: &mut Writer) {
+    w.fail("its elements are not in host memory");
 }
 
 impl<T: Travel> Travel for Vec<T> {
@@ -502,7 +539,7 @@ impl<T: Travel> ViaTravel<T> for &&Probe<T> {
         Some(Codec {
             encode: |v, w| {
                 v.encode(w);
-                Ok(())
+                w.failure().map_or(Ok(()), |why| Err(why.to_string()))
             },
             decode: T::decode,
         })

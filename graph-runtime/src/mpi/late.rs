@@ -18,14 +18,14 @@ use crate::comm::RankState;
 pub(super) const MIN_GRACE: Duration = Duration::from_secs(2);
 
 /// A group's census: its communicator, and its ranks in each process.
-pub(super) struct Census {
+pub(crate) struct Census {
     comm: Mutex<SendComm>,
     counts: Vec<usize>,
     process: usize,
 }
 
 impl Census {
-    pub(super) fn new(comm: SendComm, counts: Vec<usize>, process: usize) -> Self {
+    pub(crate) fn new(comm: SendComm, counts: Vec<usize>, process: usize) -> Self {
         Self {
             comm: Mutex::new(comm),
             counts,
@@ -36,7 +36,7 @@ impl Census {
     /// Every rank's state, by global rank, from `mine` (this process's ranks'), or `None`
     /// if the other processes did not all come within the grace: the timeout, at least
     /// [`MIN_GRACE`].
-    pub(super) fn take(&self, mine: &[RankState], timeout: Duration) -> Option<Vec<RankState>> {
+    pub(crate) fn take(&self, mine: &[RankState], timeout: Duration) -> Option<Vec<RankState>> {
         let deadline = Instant::now() + timeout.max(MIN_GRACE);
         // MPI would read past `mine` otherwise.
         if self.counts.get(self.process) != Some(&mine.len()) {

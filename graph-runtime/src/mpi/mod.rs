@@ -40,7 +40,7 @@
 
 mod comm;
 mod edge;
-mod late;
+pub(crate) mod late;
 mod wait;
 pub(crate) mod wire;
 
@@ -212,11 +212,17 @@ impl Mpi {
     }
 }
 
-/// Every process's `words`, process after process (see `wait::all_gather_words`), waited
-/// for to the end.
-pub(crate) fn all_gather_words(comm: &SimpleCommunicator, words: &[u64]) -> Vec<u64> {
-    // Never `Err`: a wait that is never told to stop is never given up on.
-    wait::all_gather_words(comm, words, || false).unwrap_or_default()
+/// Every process's `words`, process after process (see `wait::all_gather_words`), for
+/// the NCCL backend's agreement over MPI; given up on when `stop()` says so (`None`): the
+/// requests then stay pending in MPI with their buffers leaked (see `wait`), so the caller
+/// must never run another collective on `comm`.
+#[cfg(feature = "nccl")]
+pub(crate) fn all_gather_words_until(
+    comm: &SimpleCommunicator,
+    words: &[u64],
+    stop: impl Fn() -> bool,
+) -> Option<Vec<u64>> {
+    wait::all_gather_words(comm, words, stop).ok()
 }
 
 fn rank_of(r: i32) -> usize {

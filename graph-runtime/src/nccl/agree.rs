@@ -22,7 +22,8 @@
 //! round: after the barrier, the process's first rank exchanges every local post with the
 //! other processes' (`nccl/mpi.rs`), and after a second barrier every rank decides over
 //! every rank's post, in every process alike. Only that rank reads the local posts
-//! between the two barriers, so one post per rank would do there.
+//! between the two barriers, so one post per rank would do there. Its MPI wait polls, and
+//! an abort (a timeout) ends it: the round then fails with [`StageError::Aborted`].
 
 use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
@@ -114,6 +115,12 @@ impl Board {
 
     /// Fails every current and future agreement: a rank that will never come.
     pub(super) fn abort(&self) {
+        // The exchange first: the leader's MPI wait gives up before the barrier releases
+        // the other ranks, which then find the round aborted either way.
+        #[cfg(feature = "mpi")]
+        if let Some(across) = &self.across {
+            across.abort();
+        }
         self.barrier.abort();
     }
 
@@ -145,7 +152,11 @@ impl Board {
         if let Some(across) = &self.across {
             if rank == 0 {
                 let local: Vec<_> = self.posts.iter().map(|p| read(&p[parity])).collect();
-                across.exchange(local.iter().map(|p| &**p));
+                if !across.exchange(local.iter().map(|p| &**p)) {
+                    // Given up on (the group was aborted): the other ranks find the
+                    // barrier aborted.
+                    return Err(StageError::Aborted);
+                }
             }
             self.barrier.wait().map_err(|_| StageError::Aborted)?;
             let decided = across.decided();

@@ -176,6 +176,12 @@ impl NcclComm {
         // so they are checked against the header like a host stage's.
         let lens = |rs: &[DevRegion<'_>]| region_lens(rs.iter().map(|r| (r.dtype, r.len)));
         self.agree_if_fit(header, collective, lens(ins), lens(outs))?;
+        if ins.is_empty() && outs.is_empty() {
+            // Nothing to launch (the empty stage that ends a step across processes): the
+            // agreement is the whole stage. Every rank agreed on the same layout, so none
+            // launches, and none waits for a confirmation.
+            return Ok(());
+        }
         self.launch(header, collective, ins, outs)
     }
 
@@ -457,7 +463,16 @@ impl Communicator for NcclComm {
 
     fn abort_handle(&self) -> AbortHandle {
         let shared = Arc::clone(&self.shared);
-        AbortHandle::new(move || shared.abort())
+        let abort = AbortHandle::new(move || shared.abort());
+        // Over MPI: after a timeout, every process names every late rank.
+        #[cfg(feature = "mpi")]
+        if self.spans_processes() {
+            let shared = Arc::clone(&self.shared);
+            return abort.with_census(move |mine, timeout| {
+                shared.board.other_processes()?.census(mine, timeout)
+            });
+        }
+        abort
     }
 
     fn attach(&mut self) -> Result<(), Error> {
@@ -537,6 +552,20 @@ impl Communicator for NcclComm {
 
     fn device_comm(&mut self) -> Option<&mut dyn DeviceComm> {
         Some(self)
+    }
+
+    /// Over MPI ([`Nccl::over_mpi`](super::Nccl::over_mpi)), when the group has ranks in
+    /// other processes: a step then ends with an empty stage, whose agreement carries an
+    /// error after the last stage to every process.
+    fn spans_processes(&self) -> bool {
+        #[cfg(feature = "mpi")]
+        return self
+            .shared
+            .board
+            .other_processes()
+            .is_some_and(|a| a.processes() > 1);
+        #[cfg(not(feature = "mpi"))]
+        false
     }
 
     fn note_failure(&mut self, error: &Error) {

@@ -13,17 +13,31 @@
 //!   `MPI_Allgatherv`) and, after a second barrier, every rank of every process decides
 //!   over every rank's post: the same verdict everywhere. A failed rank's error travels
 //!   with its post, so that the processes without it report the same typed error.
+//! - **The end stage.** A step whose methods run after its last stage (or a group with no
+//!   stage) ends, when the group spans processes, with an empty stage (`SyncPoint::End`):
+//!   over NCCL its header agreement only, with no NCCL call, which carries an error there
+//!   to every process.
+//! - **Timeouts.** The leader's MPI exchange polls its requests (`mpi/wait.rs`) and gives
+//!   up when the group is aborted (the driver's deadline), leaving them pending in MPI with
+//!   their buffers leaked; every process then takes the MPI backend's census
+//!   (`mpi/late.rs`) on a communicator of its own and names every late rank. The group is
+//!   broken after it, as in one process.
+//! - **Edges.** Those between processes go over MPI point-to-point: the wiring is the MPI
+//!   backend's (`mpi/edge.rs`). A GPU tensor crosses through host memory.
 
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
 
 use cudarc::nccl::result as nccl;
 use cudarc::nccl::sys;
 
 use super::agree::{Board, Post};
 use super::{Nccl, NcclComm};
-use crate::comm::{Backend, Call, Collective, GraphInfo, Status};
+use crate::comm::{Backend, Call, Collective, GraphInfo, RankState, Status, Wiring};
+use crate::mpi::late::Census;
 use crate::mpi::wire::{self, Failure};
-use crate::mpi::{all_gather_words, Mpi, SendComm, World};
+use crate::mpi::{all_gather_words_until, Mpi, SendComm, World};
 use crate::Error;
 
 use ::mpi::traits::*;
@@ -33,6 +47,12 @@ use ::mpi::traits::*;
 /// it (or `&` it) to a graph's `launch`.
 ///
 /// Ranks are global, in process order, as on the [`Mpi`] backend: process 0's actors first.
+///
+/// The failure model is the MPI backend's (see `reference::mpi`): a method error or panic
+/// on a rank of one process, in a stage's step or after its last stage, is the same typed
+/// error on every process; `execute_timeout` returns the same [`Error::Timeout`] on every
+/// process, naming the late ranks of every process, and breaks the group. Edges between
+/// processes travel by MPI point-to-point; a GPU tensor on one arrives as a host tensor.
 pub struct NcclMpi<'m> {
     mpi: &'m Mpi,
     nccl: Nccl,
@@ -171,16 +191,6 @@ impl Backend for NcclMpi<'_> {
 
     fn join(&self, graph: &GraphInfo<'_>) -> Result<Vec<usize>, Error> {
         let sizes = self.mpi.join(graph)?;
-        // After the MPI join, which found the same graph everywhere: the same verdict.
-        if self.mpi.processes() > 1 {
-            if let Some(value) = graph.edges.first() {
-                return Err(Error::Unsupported(format!(
-                    "value `{value}` of graph `{}` goes from actor to actor; on the NCCL \
-                     backend over MPI, a graph's actors meet in collectives only",
-                    graph.name
-                )));
-            }
-        }
         self.make_ids(graph)?;
         Ok(sizes)
     }
@@ -204,8 +214,11 @@ impl Backend for NcclMpi<'_> {
         let total = layout.size();
         let across = Across {
             group,
+            processes: layout.counts.len(),
             first,
             leader: Mutex::new(layout.comm),
+            aborted: AtomicBool::new(false),
+            census: Census::new(layout.census, layout.counts.clone(), layout.process),
             decided: RwLock::default(),
             failures: (0..size).map(|_| Mutex::new(None)).collect(),
             _world: self.mpi.keep_alive(),
@@ -222,6 +235,12 @@ impl Backend for NcclMpi<'_> {
 
     fn confirm(&self, launched: Option<&Error>) -> Result<(), Error> {
         self.mpi.confirm(launched)
+    }
+
+    /// The MPI backend's: an edge between processes goes over MPI point-to-point, as on
+    /// [`Mpi`] (a GPU tensor through host memory; see `reference::mpi`).
+    fn wiring(&self) -> Result<Wiring, Error> {
+        self.mpi.wiring()
     }
 }
 
@@ -247,22 +266,35 @@ impl Backend for &NcclMpi<'_> {
     fn confirm(&self, launched: Option<&Error>) -> Result<(), Error> {
         (**self).confirm(launched)
     }
+
+    fn wiring(&self) -> Result<Wiring, Error> {
+        (**self).wiring()
+    }
 }
 
 /// A group's agreement across processes: what a [`Board`] adds when its ranks are some of
 /// the group's.
 pub(super) struct Across {
     group: &'static str,
+    /// The number of processes the group spans.
+    processes: usize,
     /// The global rank of this process's first rank.
     first: usize,
     /// The group's MPI communicator, used by this process's first rank only.
     leader: Mutex<SendComm>,
+    /// Whether the group was aborted: the leader's wait in an exchange gives up, and no
+    /// exchange starts again (one given up on is still pending in MPI, where a new
+    /// collective would be matched with it).
+    aborted: AtomicBool,
+    /// The census that names every process's late ranks after a timeout (`mpi/late.rs`),
+    /// on a communicator of its own.
+    census: Census,
     /// Every rank's post of the round under way, by global rank, and the failure that
     /// travelled from another process (when none of this process's ranks failed).
     decided: RwLock<Decided>,
     /// The error of each local rank's step, until its next stage carries it.
     failures: Box<[Mutex<Option<Failure>>]>,
-    // Last: the communicator is freed before MPI may end.
+    // Last: the communicators are freed before MPI may end.
     _world: Arc<World>,
 }
 
@@ -286,6 +318,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Across {
+    /// The number of processes the group spans.
+    pub(super) fn processes(&self) -> usize {
+        self.processes
+    }
+
     /// Keeps local rank `local`'s error, for its next stage to carry.
     pub(super) fn note_failure(&self, local: usize, error: &Error) {
         if let Some(slot) = self.failures.get(local) {
@@ -293,10 +330,25 @@ impl Across {
         }
     }
 
+    /// Ends every exchange, under way or later (see [`Board::abort`]).
+    pub(super) fn abort(&self) {
+        self.aborted.store(true, SeqCst);
+    }
+
+    /// After a timeout of `timeout`: every rank's state, by global rank, from `mine`
+    /// (this process's), or `None` if the other processes did not answer in time.
+    pub(super) fn census(&self, mine: &[RankState], timeout: Duration) -> Option<Vec<RankState>> {
+        self.census.take(mine, timeout)
+    }
+
     /// The leader's part of a round: every local post (`local`, in local order) to every
     /// process, and every process's back, decoded into `decided`. A process whose words
     /// do not decode leaves no posts, which every rank takes as calls out of step.
-    pub(super) fn exchange<'p>(&self, local: impl ExactSizeIterator<Item = &'p Post>) {
+    ///
+    /// `false` if the group was aborted before every process's posts came: the MPI wait
+    /// polls (`mpi/wait.rs`), so that a timeout is not stuck behind a process whose rank is
+    /// late, and what it gave up on stays pending in MPI, its buffers leaked.
+    pub(super) fn exchange<'p>(&self, local: impl ExactSizeIterator<Item = &'p Post>) -> bool {
         let mut words = vec![local.len() as u64];
         let mut failed_here = false;
         for (l, post) in local.enumerate() {
@@ -306,7 +358,13 @@ impl Across {
             failed_here |= post.failed;
             encode_post(post, failure.as_ref(), &mut words);
         }
-        let every = all_gather_words(&lock(&self.leader).0, &words);
+        let stop = || self.aborted.load(SeqCst);
+        if stop() {
+            return false;
+        }
+        let Some(every) = all_gather_words_until(&lock(&self.leader).0, &words, stop) else {
+            return false;
+        };
         let decoded = decode_posts(&every);
         let mut decided = self.decided.write().unwrap_or_else(PoisonError::into_inner);
         decided.remote_failure = None;
@@ -319,6 +377,7 @@ impl Across {
             }
             None => decided.posts.clear(),
         }
+        true
     }
 
     /// Every rank's posts of the round, after the leader's exchange.
