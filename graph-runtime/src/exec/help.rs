@@ -102,7 +102,7 @@ fn step_once<A: 'static, C: Communicator, S, I, O>(
 where
     S: StepFn<A, C, I, O>,
 {
-    let input = lock(&slot.input).pop_front();
+    let input = lock(&slot.inbox.input).pop_front();
     let Some(Runner {
         actor,
         rank,

@@ -157,14 +157,30 @@ pub(crate) const IN_COLLECTIVE: u8 = 1;
 /// Waiting on an edge, for another actor's value or for room to send one.
 pub(crate) const ON_EDGE: u8 = 2;
 
-#[repr(align(128))]
+/// An actor's handoff with the driver, in two halves, each on cache lines of its own: what
+/// the driver writes and the actor reads, and the other way round. Mixed on shared lines,
+/// each side's writes would take from the other the lines it is about to read (the
+/// driver's `go` and input, the actor's `done` and output), and every handoff would move
+/// more lines between the cores.
 struct Slot<I, O> {
+    inbox: Inbox<I>,
+    outbox: Outbox<O>,
+}
+
+/// Written by the driver, read by the actor.
+#[repr(align(128))]
+struct Inbox<I> {
     go: Epoch,
-    done: Epoch,
-    exited: AtomicBool,
     /// Inputs handed over and not yet started, oldest first; at most the graph's
     /// `max_in_flight` (its capacity, allocated at launch).
     input: Mutex<VecDeque<I>>,
+}
+
+/// Written by the actor, read by the driver.
+#[repr(align(128))]
+struct Outbox<O> {
+    done: Epoch,
+    exited: AtomicBool,
     /// Outputs of finished steps not yet collected, oldest first; as bounded.
     output: Mutex<VecDeque<Result<O, Error>>>,
 }
@@ -215,11 +231,15 @@ where
         let shared = Arc::new(Shared {
             slots: (0..actors.len())
                 .map(|_| Slot {
-                    go: Epoch::new(),
-                    done: Epoch::new(),
-                    exited: AtomicBool::new(false),
-                    input: Mutex::new(VecDeque::with_capacity(depth)),
-                    output: Mutex::new(VecDeque::with_capacity(depth)),
+                    inbox: Inbox {
+                        go: Epoch::new(),
+                        input: Mutex::new(VecDeque::with_capacity(depth)),
+                    },
+                    outbox: Outbox {
+                        done: Epoch::new(),
+                        exited: AtomicBool::new(false),
+                        output: Mutex::new(VecDeque::with_capacity(depth)),
+                    },
                 })
                 .collect(),
             activity: (0..actors.len()).map(|_| Activity::default()).collect(),
@@ -427,13 +447,13 @@ where
         let mut start_through = |rank: usize| {
             for (r, slot) in slots.iter().enumerate().take(rank + 1).skip(started) {
                 if r != 0 || !hold {
-                    slot.go.advance();
+                    slot.inbox.go.advance();
                 }
             }
             started = started.max(rank + 1);
         };
         I::deal(input, slots.len(), |rank, value| {
-            lock(&slots[rank].input).push_back(value);
+            lock(&slots[rank].inbox.input).push_back(value);
             start_through(rank);
         });
         start_through(slots.len() - 1);
@@ -453,7 +473,7 @@ where
         }
         let slot = &self.shared.slots[0];
         let Some(helper) = &self.helper else {
-            slot.go.advance();
+            slot.inbox.go.advance();
             return;
         };
         // A panic here (never a method's: those are caught) may leave peers waiting for
@@ -466,7 +486,7 @@ where
         std::mem::forget(guard);
         match ran {
             Some(result) => publish(&self.shared, slot, result),
-            None => slot.go.advance(),
+            None => slot.inbox.go.advance(),
         }
     }
 
@@ -477,7 +497,7 @@ where
             .slots
             .iter()
             .zip(&self.done_seen)
-            .all(|(slot, &seen)| slot.done.current() > seen)
+            .all(|(slot, &seen)| slot.outbox.done.current() > seen)
     }
 
     /// Registers the waker of an async execution: the next actor of this group that
@@ -500,6 +520,7 @@ where
         for rank in 0..self.len() {
             let slot = &self.shared.slots[rank];
             match slot
+                .outbox
                 .done
                 .wait_past(self.done_seen[rank], deadline.map(|d| d.at))
             {
@@ -509,7 +530,7 @@ where
                     return Err(self.time_out(rank, deadline.map_or(Duration::ZERO, |d| d.timeout)))
                 }
             }
-            let result = lock(&slot.output).pop_front().unwrap_or_else(|| {
+            let result = lock(&slot.outbox.output).pop_front().unwrap_or_else(|| {
                 Err(Error::ActorLost {
                     group: self.name,
                     rank,
@@ -541,7 +562,7 @@ where
     fn time_out(&mut self, first_late: usize, timeout: Duration) -> Error {
         let mine: Vec<RankState> = (0..self.len())
             .map(|r| {
-                if r < first_late || self.shared.slots[r].done.current() != self.done_seen[r] {
+                if r < first_late || self.shared.slots[r].outbox.done.current() != self.done_seen[r] {
                     return RankState::Done;
                 }
                 match self.shared.activity[r].0.load(Acquire) {
@@ -624,7 +645,7 @@ where
             .enumerate()
             .map(|(rank, handle)| {
                 let handle = handle.take();
-                if !shared.slots[rank].exited.load(Acquire) {
+                if !shared.slots[rank].outbox.exited.load(Acquire) {
                     // Still inside a method: detach it, it ends on its own if it ever returns.
                     return Err(Error::ActorLost {
                         group: name,
@@ -659,12 +680,12 @@ impl<A, I, O> Group<A, I, O> {
     fn stop_and_wait(&self, grace: Duration) {
         self.shared.shutdown.store(true, Release);
         for slot in self.shared.slots.iter() {
-            slot.go.advance();
+            slot.inbox.go.advance();
         }
         let deadline = Instant::now() + grace;
         loop {
             let seen = self.shared.exits.current();
-            if self.shared.slots.iter().all(|s| s.exited.load(Acquire)) {
+            if self.shared.slots.iter().all(|s| s.outbox.exited.load(Acquire)) {
                 return;
             }
             // A thread still busy in a step may be blocked on a peer: release it.
@@ -685,7 +706,7 @@ impl<A, I, O> Drop for Group<A, I, O> {
         self.stop_and_wait(TEARDOWN_GRACE);
         for (rank, handle) in self.threads.iter_mut().enumerate() {
             if let Some(handle) = handle.take() {
-                if self.shared.slots[rank].exited.load(Acquire) {
+                if self.shared.slots[rank].outbox.exited.load(Acquire) {
                     let _ = handle.join();
                 }
             }
@@ -712,9 +733,9 @@ impl<A, I, O> Drop for ExitGuard<'_, A, I, O> {
             self.links.abort();
         }
         let slot = &self.shared.slots[self.rank];
-        slot.exited.store(true, Release);
+        slot.outbox.exited.store(true, Release);
         // A driver waiting for this rank's output finds none and reports the rank lost.
-        slot.done.advance();
+        slot.outbox.done.advance();
         self.shared.exits.advance();
         self.shared.waker.wake();
     }
@@ -765,7 +786,7 @@ fn actor_loop<A, C: Communicator, I, O>(
     loop {
         // `go` is never aborted, so the wait ends only when it advances (at once when steps
         // are already queued).
-        let _ = slot.go.wait_past(started, None);
+        let _ = slot.inbox.go.wait_past(started, None);
         if shared.shutdown.load(Acquire) {
             let poisoned = ctx.poisoned().map(str::to_owned);
             // A poisoned actor is not handed back: teardown reports it instead.
@@ -774,7 +795,7 @@ fn actor_loop<A, C: Communicator, I, O>(
             return Returned { actor, poisoned };
         }
         started += 1;
-        let input = lock(&slot.input).pop_front();
+        let input = lock(&slot.inbox.input).pop_front();
         let result = match input {
             Some(input) => ctx.execute(&mut actor, step, &input),
             None => ctx.fail("it was started without an input"),
@@ -796,7 +817,7 @@ where
     let slot = &shared.slots[rank];
     let mut started = 0;
     loop {
-        let _ = slot.go.wait_past(started, None);
+        let _ = slot.inbox.go.wait_past(started, None);
         if shared.shutdown.load(Acquire) {
             // The driver is gone or stopping: nobody else uses the runner any more.
             let Some(runner) = lock(&helped.runner).take() else {
@@ -819,7 +840,7 @@ where
 
 /// Hands a step's result to the driver: its output, the `done` advance, the async waker.
 fn publish<A, I, O>(shared: &Shared<A, I, O>, slot: &Slot<I, O>, result: Result<O, Error>) {
-    lock(&slot.output).push_back(result);
-    slot.done.advance();
+    lock(&slot.outbox.output).push_back(result);
+    slot.outbox.done.advance();
     shared.waker.wake();
 }
