@@ -562,7 +562,8 @@ where
     fn time_out(&mut self, first_late: usize, timeout: Duration) -> Error {
         let mine: Vec<RankState> = (0..self.len())
             .map(|r| {
-                if r < first_late || self.shared.slots[r].outbox.done.current() != self.done_seen[r] {
+                if r < first_late || self.shared.slots[r].outbox.done.current() != self.done_seen[r]
+                {
                     return RankState::Done;
                 }
                 match self.shared.activity[r].0.load(Acquire) {
@@ -685,7 +686,12 @@ impl<A, I, O> Group<A, I, O> {
         let deadline = Instant::now() + grace;
         loop {
             let seen = self.shared.exits.current();
-            if self.shared.slots.iter().all(|s| s.outbox.exited.load(Acquire)) {
+            if self
+                .shared
+                .slots
+                .iter()
+                .all(|s| s.outbox.exited.load(Acquire))
+            {
                 return;
             }
             // A thread still busy in a step may be blocked on a peer: release it.

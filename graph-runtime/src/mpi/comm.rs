@@ -467,8 +467,7 @@ impl Node {
             Err(outcome) => return (outcome, false),
         };
         let done = if carried {
-            self.small(leader, &posts, &mine, &header, &mut shared)
-                .map(|()| false)
+            self.small(leader, &posts, &mut mine, &header, &mut shared)
         } else {
             self.payload(leader, &posts, &mut mine, &header, &mut shared)
         };
@@ -703,17 +702,35 @@ impl Node {
 
     /// The payload of a small stage, from the data that came with the records: each
     /// leader has every contributing rank's region and computes the results itself.
+    /// Whether the leader's regions hold its results already: a reduction folds into
+    /// them in place (as [`Node::scatter_gather`] does), which spares the leader copying
+    /// its results out, and the process's other ranks copy theirs from `shared`.
     fn small(
         &self,
         leader: &Leader,
         posts: &[MutexGuard<'_, Post>],
-        mine: &Mine<'_>,
+        mine: &mut Mine<'_>,
         header: &OwnedHeader,
         shared: &mut Shared,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let lens = region_lens(&header.slots);
         let collective = header.collective;
         let dtypes = DType::ALL.into_iter().filter(|d| lens[d.index()] > 0);
+        let in_place = matches!(
+            collective,
+            Collective::AllReduce(_) | Collective::Reduce { .. }
+        ) && dtypes.clone().all(|d| {
+            mine[d.index()]
+                .as_ref()
+                .is_some_and(|r| r.len() == lens[d.index()] * d.size())
+        });
+        // In place, the leader's regions are results, not inputs: `region` never reads them.
+        let mut own: Mine<'_> = Default::default();
+        if in_place {
+            std::mem::swap(&mut own, mine);
+        }
+        let mine: &Mine<'_> = mine;
+        let first = self.offsets[self.process];
         // Rank `r`'s region of dtype `d`: here, or in its process's message (laid out as
         // `agree` wrote it).
         let region = |r: usize, d: DType| -> Result<&[u8], String> {
@@ -754,14 +771,29 @@ impl Node {
                 | Collective::ReduceScatter(op)
                 | Collective::Reduce { op, .. } => {
                     let srcs = (0..self.size)
-                        .map(|r| region(r, d))
+                        .map(|r| match in_place && r == first {
+                            true => Ok(&[][..]),
+                            false => region(r, d),
+                        })
                         .collect::<Result<Vec<&[u8]>, String>>()?;
-                    let dst = shared.result[d.index()].bytes_mut(bytes);
-                    with_dtype!(d, E => fold::<E>(&srcs, None, op, dst));
+                    if in_place {
+                        let Some(dst) = own[d.index()].as_deref_mut() else {
+                            return Err(format!("the leader has no {d} region"));
+                        };
+                        with_dtype!(d, E => fold::<E>(&srcs, Some(first), op, dst));
+                        if posts.len() > 1 {
+                            shared.result[d.index()]
+                                .bytes_mut(bytes)
+                                .copy_from_slice(dst);
+                        }
+                    } else {
+                        let dst = shared.result[d.index()].bytes_mut(bytes);
+                        with_dtype!(d, E => fold::<E>(&srcs, None, op, dst));
+                    }
                 }
             }
         }
-        Ok(())
+        Ok(in_place)
     }
 
     /// The payload of a large stage, once agreed: one nonblocking MPI operation per dtype
