@@ -14,6 +14,8 @@ use actorgraph::mpi::Mpi;
 use actorgraph::prelude::*;
 use actorgraph::{BoxError, DType, Element};
 
+#[path = "support/expect.rs"]
+mod expect;
 #[path = "support/mpirun.rs"]
 mod mpirun;
 
@@ -663,44 +665,12 @@ fn failures(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
     }
     fine(&mut g);
     // A method error on a rank of the last process: the same error everywhere.
-    match g.execute(Trouble::Err(last)) {
-        Err(
-            e @ Error::Method {
-                group: "workers",
-                method: "make",
-                rank,
-                ..
-            },
-        ) if rank == last => {
-            assert!(
-                e.to_string().ends_with(&format!("rank {last} refused")),
-                "{e}"
-            );
-        }
-        other => panic!("expected the method error of rank {last}, got {other:?}"),
-    }
+    expect::refused(g.execute(Trouble::Err(last)), "make", last);
     fine(&mut g);
     // A panic on rank 1 (of process 0 or 1): the same error everywhere, then the actor is
     // poisoned, on every process's watch.
-    match g.execute(Trouble::Panic(1)) {
-        Err(Error::Panic {
-            group: "workers",
-            rank: 1,
-            method: Some("make"),
-            message,
-        }) => {
-            assert!(message.contains("rank 1 gave up"), "{message}");
-        }
-        other => panic!("expected rank 1's panic, got {other:?}"),
-    }
-    match g.execute(Trouble::None) {
-        Err(Error::Poisoned {
-            group: "workers",
-            rank: 1,
-            ..
-        }) => {}
-        other => panic!("expected rank 1 poisoned, got {other:?}"),
-    }
+    expect::panicked(g.execute(Trouble::Panic(1)), "make", 1, "rank 1 gave up");
+    expect::poisoned(g.execute(Trouble::None), 1);
     drop(g.teardown_each());
 }
 

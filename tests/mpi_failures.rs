@@ -14,6 +14,8 @@
 use actorgraph::mpi::Mpi;
 use actorgraph::prelude::*;
 
+#[path = "support/expect.rs"]
+mod expect;
 #[path = "support/mpirun.rs"]
 mod mpirun;
 

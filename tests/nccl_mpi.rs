@@ -21,6 +21,8 @@ use actorgraph::nccl::{current_device, Nccl};
 use actorgraph::prelude::*;
 use actorgraph::{BoxError, DType};
 
+#[path = "support/expect.rs"]
+mod expect;
 #[path = "support/mpirun.rs"]
 mod mpirun;
 

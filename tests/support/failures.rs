@@ -18,6 +18,8 @@ use std::time::Duration;
 use actorgraph::prelude::*;
 use actorgraph::{Backend, BoxError};
 
+use crate::expect;
+
 /// Opened by this process's driver once its `execute_timeout` has returned: the late rank
 /// waits for it, so it is late for as long as the test needs, with no sleep.
 static GATE: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
@@ -162,41 +164,11 @@ pub fn after<B: Backend + Copy>(backend: B, here: Range<usize>, size: usize) {
     };
     fine(&mut g);
     // An error after the last stage, on the last process: every process sees it.
-    match g.execute(Trouble::Err(last)) {
-        Err(
-            e @ Error::Method {
-                group: "workers",
-                method: "check",
-                rank,
-                ..
-            },
-        ) if rank == last => {
-            assert!(
-                e.to_string().ends_with(&format!("rank {last} refused")),
-                "{e}"
-            );
-        }
-        other => panic!("expected the error of rank {last}'s check, got {other:?}"),
-    }
+    expect::refused(g.execute(Trouble::Err(last)), "check", last);
     fine(&mut g);
     // A panic there on rank 1: every process sees it, then the actor is poisoned.
-    match g.execute(Trouble::Panic(1)) {
-        Err(Error::Panic {
-            group: "workers",
-            rank: 1,
-            method: Some("check"),
-            message,
-        }) => assert!(message.contains("rank 1 gave up"), "{message}"),
-        other => panic!("expected rank 1's panic, got {other:?}"),
-    }
-    match g.execute(Trouble::None) {
-        Err(Error::Poisoned {
-            group: "workers",
-            rank: 1,
-            ..
-        }) => {}
-        other => panic!("expected rank 1 poisoned, got {other:?}"),
-    }
+    expect::panicked(g.execute(Trouble::Panic(1)), "check", 1, "rank 1 gave up");
+    expect::poisoned(g.execute(Trouble::None), 1);
     drop(g.teardown_each());
 
     // A group with no stage at all: its error reaches every process too, and the next
@@ -206,15 +178,7 @@ pub fn after<B: Backend + Copy>(backend: B, here: Range<usize>, size: usize) {
         g.execute(Trouble::None).unwrap(),
         here.clone().collect::<Vec<_>>()
     );
-    match g.execute(Trouble::Err(0)) {
-        Err(Error::Method {
-            group: "workers",
-            method: "alone",
-            rank: 0,
-            ..
-        }) => {}
-        other => panic!("expected the error of rank 0's alone, got {other:?}"),
-    }
+    expect::refused(g.execute(Trouble::Err(0)), "alone", 0);
     assert_eq!(
         g.execute(Trouble::None).unwrap(),
         here.clone().collect::<Vec<_>>()
@@ -222,14 +186,11 @@ pub fn after<B: Backend + Copy>(backend: B, here: Range<usize>, size: usize) {
     g.teardown().unwrap();
     // A panic there, on the last rank: every process sees it.
     let mut g = NoStage::launch(workers(&here), backend).unwrap();
-    match g.execute(Trouble::Panic(last)) {
-        Err(Error::Panic {
-            group: "workers",
-            rank,
-            method: Some("alone"),
-            message,
-        }) if rank == last => assert!(message.contains("gave up alone"), "{message}"),
-        other => panic!("expected rank {last}'s panic, got {other:?}"),
-    }
+    expect::panicked(
+        g.execute(Trouble::Panic(last)),
+        "alone",
+        last,
+        "gave up alone",
+    );
     drop(g.teardown_each());
 }
