@@ -1,6 +1,8 @@
 //! Element-wise kernels of the CPU collectives, written so that the compiler vectorizes
 //! them: the op is matched once per block, not once per element.
 
+use std::any::TypeId;
+
 use crate::{Element, ReduceOp};
 
 /// Elements reduced per block: the accumulator stays in L1.
@@ -40,6 +42,144 @@ pub(crate) fn finish<E: Element>(acc: &[E::Acc], op: ReduceOp, n: usize, dst: &m
         dst.iter_mut()
             .zip(acc)
             .for_each(|(d, &a)| *d = E::from_acc(a));
+    }
+}
+
+/// `dst[i] = op(dst[i], src[i])` (`op(src[i], dst[i])` if `src` comes first in rank
+/// order), widened, combined and narrowed in one pass; divided by `avg` before the
+/// narrowing when this is the last step of an `Avg`. Exact for any element only when this
+/// is the one combination of two ranks: otherwise only where the element is its own
+/// accumulator (every step then narrows nothing).
+#[inline]
+pub(crate) fn combine_into<E: Element>(
+    dst: &mut [E],
+    src: &[E],
+    dst_first: bool,
+    op: ReduceOp,
+    avg: Option<usize>,
+) {
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => step(dst, src, dst_first, avg, |a, b| a.add(b)),
+        ReduceOp::Prod => step(dst, src, dst_first, avg, |a, b| a.mul(b)),
+        ReduceOp::Min => step(dst, src, dst_first, avg, |a, b| a.min(b)),
+        ReduceOp::Max => step(dst, src, dst_first, avg, |a, b| a.max(b)),
+    }
+}
+
+/// `dst[i] = op(a[i], b[i])`, widened, combined and narrowed in one pass; divided by `avg`
+/// as in [`combine_into`], and exact on the same terms.
+#[inline]
+pub(crate) fn pair_into<E: Element>(
+    dst: &mut [E],
+    a: &[E],
+    b: &[E],
+    op: ReduceOp,
+    avg: Option<usize>,
+) {
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => pair(dst, a, b, avg, |a, b| a.add(b)),
+        ReduceOp::Prod => pair(dst, a, b, avg, |a, b| a.mul(b)),
+        ReduceOp::Min => pair(dst, a, b, avg, |a, b| a.min(b)),
+        ReduceOp::Max => pair(dst, a, b, avg, |a, b| a.max(b)),
+    }
+}
+
+/// The loop of [`combine_into`] for one op: each branch a loop of its own, which the
+/// compiler vectorizes.
+#[inline(always)]
+fn step<E: Element>(
+    dst: &mut [E],
+    src: &[E],
+    dst_first: bool,
+    avg: Option<usize>,
+    f: impl Fn(E::Acc, E::Acc) -> E::Acc,
+) {
+    let src = &src[..dst.len()];
+    let pairs = dst.iter_mut().zip(src);
+    match (dst_first, avg) {
+        (true, None) => pairs.for_each(|(d, &s)| *d = E::from_acc(f(d.to_acc(), s.to_acc()))),
+        (false, None) => pairs.for_each(|(d, &s)| *d = E::from_acc(f(s.to_acc(), d.to_acc()))),
+        (true, Some(n)) => pairs.for_each(|(d, &s)| {
+            *d = E::from_acc(f(d.to_acc(), s.to_acc()).div_count(n));
+        }),
+        (false, Some(n)) => pairs.for_each(|(d, &s)| {
+            *d = E::from_acc(f(s.to_acc(), d.to_acc()).div_count(n));
+        }),
+    }
+}
+
+/// The loop of [`pair_into`] for one op.
+#[inline(always)]
+fn pair<E: Element>(
+    dst: &mut [E],
+    a: &[E],
+    b: &[E],
+    avg: Option<usize>,
+    f: impl Fn(E::Acc, E::Acc) -> E::Acc,
+) {
+    let (a, b) = (&a[..dst.len()], &b[..dst.len()]);
+    let triples = dst.iter_mut().zip(a).zip(b);
+    match avg {
+        None => triples.for_each(|((d, &x), &y)| *d = E::from_acc(f(x.to_acc(), y.to_acc()))),
+        Some(n) => triples.for_each(|((d, &x), &y)| {
+            *d = E::from_acc(f(x.to_acc(), y.to_acc()).div_count(n));
+        }),
+    }
+}
+
+/// `dst[i]` = `srcs[0][i]` combined with `srcs[1][i]`, then `srcs[2][i]`, ... in the
+/// accumulator, narrowed once: [`reduce_reference`] over the ranks, bit for bit, by
+/// blocks. Source `own`, if any, is `dst` itself (its slice in `srcs` is not read): each
+/// block is read before it is written.
+#[cfg_attr(
+    not(feature = "mpi"),
+    allow(dead_code, reason = "the MPI backend's fold; tested without it")
+)]
+pub(crate) fn fold_into<E: Element>(
+    srcs: &[&[E]],
+    own: Option<usize>,
+    op: ReduceOp,
+    dst: &mut [E],
+) {
+    let n = srcs.len();
+    // `dst` itself is the accumulator when no value is narrowed before the last step (two
+    // ranks, or an element that is its own accumulator), and when it holds no rank's
+    // value or the first or second rank's: then each step reads and writes one place, in
+    // one pass, and the block never leaves `dst`.
+    let exact = n == 2 || TypeId::of::<E>() == TypeId::of::<E::Acc>();
+    if n >= 2 && exact && own.is_none_or(|o| o < 2) {
+        let avg = |q: usize| (op == ReduceOp::Avg && q == n - 1).then_some(n);
+        for (at, block) in dst.chunks_mut(BLOCK).enumerate() {
+            let range = at * BLOCK..at * BLOCK + block.len();
+            let src = |q: usize| &srcs[q][range.clone()];
+            match own {
+                Some(0) => combine_into(block, src(1), true, op, avg(1)),
+                Some(_) => combine_into(block, src(0), false, op, avg(1)),
+                None => pair_into(block, src(0), src(1), op, avg(1)),
+            }
+            for q in 2..n {
+                combine_into(block, src(q), true, op, avg(q));
+            }
+        }
+        return;
+    }
+    let mut acc = vec![<E::Acc as Default>::default(); BLOCK.min(dst.len())];
+    for (at, block) in dst.chunks_mut(BLOCK).enumerate() {
+        let range = at * BLOCK..at * BLOCK + block.len();
+        let acc = &mut acc[..block.len()];
+        for (q, src) in srcs.iter().enumerate() {
+            let src = if own == Some(q) {
+                &*block
+            } else {
+                &src[range.clone()]
+            };
+            if q == 0 {
+                load::<E>(acc, src);
+            } else {
+                combine::<E>(acc, src, op);
+            }
+        }
+        finish::<E>(acc, op, n, block);
     }
 }
 
@@ -143,5 +283,85 @@ mod tests {
                 "{op:?}"
             );
         }
+    }
+
+    /// Every dtype kind (own accumulator or not, float or integer), every op, one to five
+    /// ranks, every place of the result among them, lengths across a block's end: the
+    /// fold gives the reference's bits.
+    #[test]
+    fn fold_into_matches_the_reference_bit_for_bit() {
+        use half::{bf16, f16};
+        /// The bits of a value: `==` would let `-0.0` pass for `0.0`.
+        trait Bits: Element {
+            fn bits(self) -> u64;
+        }
+        macro_rules! bits {
+            ($($t:ty => $f:expr),*) => {$(
+                impl Bits for $t {
+                    fn bits(self) -> u64 {
+                        #[allow(clippy::redundant_closure_call)]
+                        u64::from(($f)(self))
+                    }
+                }
+            )*};
+        }
+        bits!(f32 => f32::to_bits, f64 => f64::to_bits, f16 => f16::to_bits, bf16 => bf16::to_bits, i32 => |x: i32| x as u32, u8 => |x: u8| x);
+        fn check<E: Bits>(make: impl Fn(u64) -> E) {
+            let ops = [
+                ReduceOp::Sum,
+                ReduceOp::Prod,
+                ReduceOp::Min,
+                ReduceOp::Max,
+                ReduceOp::Avg,
+            ];
+            for n in 1..=if cfg!(miri) { 3 } else { 5usize } {
+                for len in [0, 3, BLOCK + 5] {
+                    let ranks: Vec<Vec<E>> = (0..n)
+                        .map(|q| {
+                            let seed = (q * 7919 + len) as u64;
+                            (0..len as u64)
+                                .map(|i| {
+                                    make(
+                                        (seed * 1_000_003 + i)
+                                            .wrapping_mul(6364136223846793005)
+                                            .wrapping_add(1442695040888963407),
+                                    )
+                                })
+                                .collect()
+                        })
+                        .collect();
+                    let views: Vec<&[E]> = ranks.iter().map(|r| &r[..]).collect();
+                    for op in ops {
+                        let want = reduce_reference(&views, op);
+                        for own in std::iter::once(None).chain((0..n).map(Some)) {
+                            let mut dst = match own {
+                                Some(o) => ranks[o].clone(),
+                                None => vec![E::default(); len],
+                            };
+                            // The result's own slice is not read: give it none.
+                            let srcs: Vec<&[E]> = (0..n)
+                                .map(|q| if own == Some(q) { &[][..] } else { views[q] })
+                                .collect();
+                            fold_into(&srcs, own, op, &mut dst);
+                            let bits = |v: &[E]| v.iter().map(|&x| x.bits()).collect::<Vec<_>>();
+                            assert_eq!(
+                                bits(&dst),
+                                bits(&want),
+                                "{} x {n} ranks, {len} elements, {op:?}, own {own:?}",
+                                std::any::type_name::<E>()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // Small values with fractions (whose half-float sums round), signs and zeros.
+        let float = |x: u64| ((x >> 40) % 2001) as f32 / 64.0 - 15.625;
+        check(float);
+        check(|x| f64::from(float(x)) * 1.0e-3);
+        check(|x| f16::from_f32(float(x)));
+        check(|x| bf16::from_f32(float(x) * 3.0));
+        check(|x| (x >> 33) as i32);
+        check(|x| (x >> 56) as u8);
     }
 }

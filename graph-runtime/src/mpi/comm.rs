@@ -42,7 +42,7 @@ use super::late::Census;
 use super::wait::{self, Abandoned};
 use super::wire::{self, Failure, OwnedHeader};
 use super::{GroupLayout, SendComm, World};
-use crate::comm::reduce::{combine, finish, load, BLOCK};
+use crate::comm::reduce::fold_into;
 use crate::comm::{
     agree, AbortHandle, Call, Collective, Communicator, Disagreement, Header, RegionMut, SlotDesc,
     StageError, Status,
@@ -1114,17 +1114,14 @@ fn aborted(_: Abandoned) -> Outcome {
     Outcome::Comm(ABORTED.into())
 }
 
-/// `dst[i]` = `srcs[0]`'s `i`-th element combined with `srcs[1]`'s, then `srcs[2]`'s, ...
-/// in the accumulator, narrowed once: [`reduce_reference`](crate::comm::reduce_reference)
-/// over the ranks, by blocks. Source `own`, if any, is `dst` itself: each block is read
-/// before it is written.
+/// [`fold_into`] over byte regions: `srcs` by rank, `dst` the result (and rank `own`'s
+/// input, whose source is then ignored).
 fn fold<E: Element + bytemuck::Pod>(
     srcs: &[&[u8]],
     own: Option<usize>,
     op: ReduceOp,
     dst: &mut [u8],
 ) {
-    let dst: &mut [E] = bytemuck::cast_slice_mut(dst);
     let srcs: Vec<&[E]> = srcs
         .iter()
         .enumerate()
@@ -1133,25 +1130,5 @@ fn fold<E: Element + bytemuck::Pod>(
             _ => bytemuck::cast_slice(s),
         })
         .collect();
-    let region = dst.len();
-    let mut acc = vec![<E::Acc as Default>::default(); BLOCK.min(region)];
-    let mut start = 0;
-    while start < region {
-        let end = (start + BLOCK).min(region);
-        let acc = &mut acc[..end - start];
-        for (q, src) in srcs.iter().enumerate() {
-            let src = if own == Some(q) {
-                &dst[start..end]
-            } else {
-                &src[start..end]
-            };
-            if q == 0 {
-                load::<E>(acc, src);
-            } else {
-                combine::<E>(acc, src, op);
-            }
-        }
-        finish::<E>(acc, op, srcs.len(), &mut dst[start..end]);
-        start = end;
-    }
+    fold_into(&srcs, own, op, bytemuck::cast_slice_mut(dst));
 }
