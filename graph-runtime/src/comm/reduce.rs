@@ -1,5 +1,7 @@
-//! Element-wise kernels of the CPU collectives, written so that the compiler vectorizes
-//! them: the op is matched once per block, not once per element.
+//! Element-wise kernels of the reductions (the CPU communicator's and the MPI backend's
+//! leaders'), written so that the compiler vectorizes them: the op is matched once per
+//! block, not once per element, and [`fold_block`] makes one pass per rank, with the result
+//! as its own accumulator wherever that rounds nothing.
 
 use std::any::TypeId;
 
@@ -51,45 +53,68 @@ pub(crate) fn finish<E: Element>(acc: &[E::Acc], op: ReduceOp, n: usize, dst: &m
 /// is the one combination of two ranks: otherwise only where the element is its own
 /// accumulator (every step then narrows nothing).
 #[inline]
-pub(crate) fn combine_into<E: Element>(
+fn combine_into<E: Element>(
     dst: &mut [E],
     src: &[E],
     dst_first: bool,
     op: ReduceOp,
     avg: Option<usize>,
 ) {
-    match op {
-        ReduceOp::Sum | ReduceOp::Avg => step(dst, src, dst_first, avg, |a, b| a.add(b)),
-        ReduceOp::Prod => step(dst, src, dst_first, avg, |a, b| a.mul(b)),
-        ReduceOp::Min => step(dst, src, dst_first, avg, |a, b| a.min(b)),
-        ReduceOp::Max => step(dst, src, dst_first, avg, |a, b| a.max(b)),
-    }
+    with_op!(op, f => step(dst, src, E::to_acc, dst_first, avg, f));
+}
+
+/// `dst[i] = op(acc[i], dst[i])`: the ranks before `dst`'s own, accumulated, combined
+/// with it as [`combine_into`] does.
+#[inline]
+fn merge_into<E: Element>(dst: &mut [E], acc: &[E::Acc], op: ReduceOp, avg: Option<usize>) {
+    with_op!(op, f => step(dst, acc, |a| a, false, avg, f));
 }
 
 /// `dst[i] = op(a[i], b[i])`, widened, combined and narrowed in one pass; divided by `avg`
 /// as in [`combine_into`], and exact on the same terms.
 #[inline]
-pub(crate) fn pair_into<E: Element>(
-    dst: &mut [E],
-    a: &[E],
-    b: &[E],
-    op: ReduceOp,
-    avg: Option<usize>,
-) {
-    match op {
-        ReduceOp::Sum | ReduceOp::Avg => pair(dst, a, b, avg, |a, b| a.add(b)),
-        ReduceOp::Prod => pair(dst, a, b, avg, |a, b| a.mul(b)),
-        ReduceOp::Min => pair(dst, a, b, avg, |a, b| a.min(b)),
-        ReduceOp::Max => pair(dst, a, b, avg, |a, b| a.max(b)),
-    }
+fn pair_into<E: Element>(dst: &mut [E], a: &[E], b: &[E], op: ReduceOp, avg: Option<usize>) {
+    with_op!(op, f => pair(dst, a, b, E::from_acc, avg, f));
 }
 
-/// The loop of [`combine_into`] for one op: each branch a loop of its own, which the
-/// compiler vectorizes.
+/// `acc[i] = op(a[i], b[i])` in the accumulator: [`load`] and [`combine`] in one pass.
+#[inline]
+fn load_pair<E: Element>(acc: &mut [E::Acc], a: &[E], b: &[E], op: ReduceOp) {
+    with_op!(op, f => pair(acc, a, b, |x| x, None, f));
+}
+
+/// Runs `$body` with `$f` bound to `op`'s combination of two accumulated values: the op is
+/// matched once, outside the loop, so that each loop is one the compiler vectorizes.
+macro_rules! with_op {
+    ($op:expr, $f:ident => $body:expr) => {
+        match $op {
+            ReduceOp::Sum | ReduceOp::Avg => {
+                let $f = |a: E::Acc, b: E::Acc| a.add(b);
+                $body
+            }
+            ReduceOp::Prod => {
+                let $f = |a: E::Acc, b: E::Acc| a.mul(b);
+                $body
+            }
+            ReduceOp::Min => {
+                let $f = |a: E::Acc, b: E::Acc| a.min(b);
+                $body
+            }
+            ReduceOp::Max => {
+                let $f = |a: E::Acc, b: E::Acc| a.max(b);
+                $body
+            }
+        }
+    };
+}
+use with_op;
+
+/// The loop of [`combine_into`] and [`merge_into`]: each branch a loop of its own.
 #[inline(always)]
-fn step<E: Element>(
+fn step<E: Element, S: Copy>(
     dst: &mut [E],
-    src: &[E],
+    src: &[S],
+    widen: impl Fn(S) -> E::Acc,
     dst_first: bool,
     avg: Option<usize>,
     f: impl Fn(E::Acc, E::Acc) -> E::Acc,
@@ -97,40 +122,41 @@ fn step<E: Element>(
     let src = &src[..dst.len()];
     let pairs = dst.iter_mut().zip(src);
     match (dst_first, avg) {
-        (true, None) => pairs.for_each(|(d, &s)| *d = E::from_acc(f(d.to_acc(), s.to_acc()))),
-        (false, None) => pairs.for_each(|(d, &s)| *d = E::from_acc(f(s.to_acc(), d.to_acc()))),
+        (true, None) => pairs.for_each(|(d, &s)| *d = E::from_acc(f(d.to_acc(), widen(s)))),
+        (false, None) => pairs.for_each(|(d, &s)| *d = E::from_acc(f(widen(s), d.to_acc()))),
         (true, Some(n)) => pairs.for_each(|(d, &s)| {
-            *d = E::from_acc(f(d.to_acc(), s.to_acc()).div_count(n));
+            *d = E::from_acc(f(d.to_acc(), widen(s)).div_count(n));
         }),
         (false, Some(n)) => pairs.for_each(|(d, &s)| {
-            *d = E::from_acc(f(s.to_acc(), d.to_acc()).div_count(n));
+            *d = E::from_acc(f(widen(s), d.to_acc()).div_count(n));
         }),
     }
 }
 
-/// The loop of [`pair_into`] for one op.
+/// The loop of [`pair_into`] and [`load_pair`].
 #[inline(always)]
-fn pair<E: Element>(
-    dst: &mut [E],
+fn pair<E: Element, D>(
+    dst: &mut [D],
     a: &[E],
     b: &[E],
+    narrow: impl Fn(E::Acc) -> D,
     avg: Option<usize>,
     f: impl Fn(E::Acc, E::Acc) -> E::Acc,
 ) {
     let (a, b) = (&a[..dst.len()], &b[..dst.len()]);
     let triples = dst.iter_mut().zip(a).zip(b);
     match avg {
-        None => triples.for_each(|((d, &x), &y)| *d = E::from_acc(f(x.to_acc(), y.to_acc()))),
+        None => triples.for_each(|((d, &x), &y)| *d = narrow(f(x.to_acc(), y.to_acc()))),
         Some(n) => triples.for_each(|((d, &x), &y)| {
-            *d = E::from_acc(f(x.to_acc(), y.to_acc()).div_count(n));
+            *d = narrow(f(x.to_acc(), y.to_acc()).div_count(n));
         }),
     }
 }
 
 /// `dst[i]` = `srcs[0][i]` combined with `srcs[1][i]`, then `srcs[2][i]`, ... in the
-/// accumulator, narrowed once: [`reduce_reference`] over the ranks, bit for bit, by
-/// blocks. Source `own`, if any, is `dst` itself (its slice in `srcs` is not read): each
-/// block is read before it is written.
+/// accumulator, narrowed once: [`reduce_reference`] over the ranks, bit for bit, block by
+/// block ([`fold_block`]). Source `own`, if any, is `dst` itself (its slice in `srcs` is
+/// not read).
 #[cfg_attr(
     not(feature = "mpi"),
     allow(dead_code, reason = "the MPI backend's fold; tested without it")
@@ -141,46 +167,93 @@ pub(crate) fn fold_into<E: Element>(
     op: ReduceOp,
     dst: &mut [E],
 ) {
-    let n = srcs.len();
-    // `dst` itself is the accumulator when no value is narrowed before the last step (two
-    // ranks, or an element that is its own accumulator), and when it holds no rank's
-    // value or the first or second rank's: then each step reads and writes one place, in
-    // one pass, and the block never leaves `dst`.
-    let exact = n == 2 || TypeId::of::<E>() == TypeId::of::<E::Acc>();
-    if n >= 2 && exact && own.is_none_or(|o| o < 2) {
-        let avg = |q: usize| (op == ReduceOp::Avg && q == n - 1).then_some(n);
-        for (at, block) in dst.chunks_mut(BLOCK).enumerate() {
-            let range = at * BLOCK..at * BLOCK + block.len();
-            let src = |q: usize| &srcs[q][range.clone()];
-            match own {
-                Some(0) => combine_into(block, src(1), true, op, avg(1)),
-                Some(_) => combine_into(block, src(0), false, op, avg(1)),
-                None => pair_into(block, src(0), src(1), op, avg(1)),
+    let len = match needs_acc::<E>(srcs.len(), own) {
+        true => BLOCK.min(dst.len()),
+        false => 0,
+    };
+    let mut acc = vec![<E::Acc as Default>::default(); len];
+    for (at, block) in dst.chunks_mut(BLOCK).enumerate() {
+        let range = at * BLOCK..at * BLOCK + block.len();
+        let src = |q: usize| &srcs[q][range.clone()];
+        fold_block(srcs.len(), src, own, op, block, &mut acc);
+    }
+}
+
+/// Whether `dst` can be the accumulator of a reduction over `n` ranks: no narrowing
+/// before the last step loses anything.
+#[inline]
+fn in_place<E: Element>(n: usize) -> bool {
+    n == 2 || n > 2 && TypeId::of::<E>() == TypeId::of::<E::Acc>()
+}
+
+/// Whether [`fold_block`] over `n` ranks, the result being rank `own`'s input, uses its
+/// `acc` (which may otherwise be empty).
+#[inline]
+pub(crate) fn needs_acc<E: Element>(n: usize, own: Option<usize>) -> bool {
+    !in_place::<E>(n) || matches!(own, Some(o) if o >= 2)
+}
+
+/// One block of a reduction over `n` ranks, in rank order: `dst[i]` = `src(0)[i]`
+/// combined with `src(1)[i]`, then `src(2)[i]`, ... in the accumulator, narrowed once,
+/// bit for bit [`reduce_reference`]'s. Rank `own`, if any, is `dst` itself: `src(own)` is
+/// never called, and `dst` is read before it is written. `acc` is scratch, at least as
+/// long as `dst` (which should fit in L1: see [`BLOCK`]) where [`needs_acc`] says so.
+///
+/// Every step narrows into `dst` when no narrowing loses anything (an element that is its
+/// own accumulator) or when there is no step before the last (two ranks): `dst` is then
+/// the accumulator, and each step reads and writes one place in one pass; only the ranks
+/// before `dst`'s own, if more than one, go through `acc`. Otherwise every rank does.
+pub(crate) fn fold_block<'s, E: Element>(
+    n: usize,
+    src: impl Fn(usize) -> &'s [E],
+    own: Option<usize>,
+    op: ReduceOp,
+    dst: &mut [E],
+    acc: &mut [E::Acc],
+) {
+    if n == 0 {
+        return;
+    }
+    let avg = |q: usize| (op == ReduceOp::Avg && q + 1 == n).then_some(n);
+    if in_place::<E>(n) {
+        let next = match own {
+            Some(0) => {
+                combine_into(dst, src(1), true, op, avg(1));
+                2
             }
-            for q in 2..n {
-                combine_into(block, src(q), true, op, avg(q));
+            Some(1) => {
+                combine_into(dst, src(0), false, op, avg(1));
+                2
             }
+            Some(o) => {
+                let acc = &mut acc[..dst.len()];
+                load_pair(acc, src(0), src(1), op);
+                for q in 2..o {
+                    combine(acc, src(q), op);
+                }
+                merge_into(dst, acc, op, avg(o));
+                o + 1
+            }
+            None => {
+                pair_into(dst, src(0), src(1), op, avg(1));
+                2
+            }
+        };
+        for q in next..n {
+            combine_into(dst, src(q), true, op, avg(q));
         }
         return;
     }
-    let mut acc = vec![<E::Acc as Default>::default(); BLOCK.min(dst.len())];
-    for (at, block) in dst.chunks_mut(BLOCK).enumerate() {
-        let range = at * BLOCK..at * BLOCK + block.len();
-        let acc = &mut acc[..block.len()];
-        for (q, src) in srcs.iter().enumerate() {
-            let src = if own == Some(q) {
-                &*block
-            } else {
-                &src[range.clone()]
-            };
-            if q == 0 {
-                load::<E>(acc, src);
-            } else {
-                combine::<E>(acc, src, op);
-            }
+    let acc = &mut acc[..dst.len()];
+    for q in 0..n {
+        let s = if own == Some(q) { &*dst } else { src(q) };
+        if q == 0 {
+            load::<E>(acc, s);
+        } else {
+            combine::<E>(acc, s, op);
         }
-        finish::<E>(acc, op, n, block);
     }
+    finish::<E>(acc, op, n, dst);
 }
 
 /// The reference every communicator must match bit for bit: each element folded over the
