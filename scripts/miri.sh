@@ -40,4 +40,7 @@ for model in "$@"; do
     cargo +nightly miri test --target-dir target/miri -p graph-runtime --lib -- \
         tensor:: bucket:: comm:: sync:: exec::edge:: exec::pipeline:: element::
     cargo +nightly miri test --target-dir target/miri -p actorgraph --test it -- soundness::
+    # The MPI leaders' mailboxes, with threads as the processes (needs MPI to build:
+    # scripts/install-mpi.sh).
+    cargo +nightly miri test --target-dir target/miri -p graph-runtime --features mpi --lib -- mpi::shm::
 done

@@ -52,6 +52,11 @@ fn collectives_3_processes_of_1_2_1_actors_over_tcp() {
 }
 
 #[test]
+fn collectives_without_shared_memory_when_one_process_turns_it_off() {
+    passes("collectives_one_without_shared_memory", &[1, 2, 1], SHM);
+}
+
+#[test]
 fn failures_are_the_same_error_on_every_process_and_the_graph_stays_usable() {
     passes("failures", &[1, 2, 1], SHM);
     passes("failures", &[2, 2], TCP);
@@ -77,14 +82,22 @@ fn worker() {
     let Some((scenario, layout)) = mpirun::scenario() else {
         return; // run by `mpirun` only
     };
+    let one_without = scenario == "collectives_one_without_shared_memory";
+    if one_without && std::env::var("OMPI_COMM_WORLD_RANK").as_deref() == Ok("1") {
+        // Before MPI starts, while this process has one thread.
+        std::env::set_var(actorgraph::mpi::SHARED_MEMORY_VAR, "0");
+    }
     let mpi = Mpi::init().unwrap();
     assert_eq!(mpi.processes(), layout.len());
+    // Whether the leaders meet in shared memory is agreed: off everywhere if off in one.
+    let shares = mpirun::shared_memory_expected() && !one_without;
+    assert_eq!(mpi.shares_memory(), shares);
     let process = mpi.process();
     let first: usize = layout[..process].iter().sum();
     let size: usize = layout.iter().sum();
     let here = first..first + layout[process];
     match scenario.as_str() {
-        "collectives" => collectives(&mpi, here, size),
+        "collectives" | "collectives_one_without_shared_memory" => collectives(&mpi, here, size),
         "failures" => failures(&mpi, here, size),
         "launch" => launch(&mpi, here),
         "dies" => dies(&mpi, here),

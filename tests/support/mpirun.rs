@@ -10,6 +10,8 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use actorgraph::mpi::SHARED_MEMORY_VAR;
+
 pub const SCENARIO: &str = "ACTORGRAPH_MPI_SCENARIO";
 pub const LAYOUT: &str = "ACTORGRAPH_MPI_LAYOUT";
 /// How long one `mpirun` may take before the watchdog kills it and fails the test.
@@ -48,8 +50,10 @@ pub fn mpirun_env(scenario: &str, layout: &[usize], btl: &str, env: &[(&str, &st
     cmd.args(["--oversubscribe", "-np", &layout.len().to_string()])
         .args(["--mca", "btl", btl, "--mca", "pml", "ob1"]);
     if btl.contains("tcp") {
-        // Loopback stands in for the network between machines.
-        cmd.args(["--mca", "btl_tcp_if_include", "lo"]);
+        // Loopback stands in for the network between machines, which share no memory:
+        // the leaders meet by MPI messages only.
+        cmd.args(["--mca", "btl_tcp_if_include", "lo"])
+            .args(["-x", &format!("{SHARED_MEMORY_VAR}=0")]);
     }
     for &(name, value) in env {
         cmd.args(["-x", name]).env(name, value);
@@ -124,6 +128,12 @@ pub const TCP: &str = "self,tcp";
 pub fn scenario() -> Option<(String, Vec<usize>)> {
     let scenario = std::env::var(SCENARIO).ok()?;
     Some((scenario, layout()))
+}
+
+/// In a process that `mpirun` started: whether its group leaders should meet in shared
+/// memory (every run but one over TCP, which stands in for separate machines).
+pub fn shared_memory_expected() -> bool {
+    std::env::var(SHARED_MEMORY_VAR).is_err()
 }
 
 /// The actors of each process, from `ACTORGRAPH_MPI_LAYOUT`.

@@ -3,10 +3,11 @@
 //! 1. Every rank of this process but the leader (its first rank) posts its header and
 //!    its packed regions in the process's shared memory (`Node::posts`); the leader reads
 //!    its own regions in place. They meet at a barrier.
-//! 2. The leader agrees with the other processes' leaders in one round of point-to-point
-//!    messages: each sends every other a fixed record (failed?, all ranks alike?, a
-//!    digest of the header) and, when the stage is small, its ranks' data with it
-//!    (`Node::agree`). When every process sent the same digest of alike ranks, every rank
+//! 2. The leader agrees with the other processes' leaders in one round, through their
+//!    mailboxes in shared memory when every process is on this machine (`super::shm`), by
+//!    point-to-point messages otherwise: each sends every other a fixed record (failed?,
+//!    all ranks alike?, a digest of the header) and, when the stage is small, its ranks'
+//!    data with it (`Node::agree`). When every process sent the same digest of alike ranks, every rank
 //!    of the group has that header and the verdict is [`agree`] over it; otherwise the
 //!    leaders exchange every rank's header (and the error of a failed rank) and run
 //!    [`agree`] over them all (`Node::settle`), which names the same value and the same
@@ -39,6 +40,7 @@ use ::mpi::traits::Communicator as _;
 use ::mpi::traits::*;
 
 use super::late::Census;
+use super::shm::Mailboxes;
 use super::wait::{self, Abandoned};
 use super::wire::{self, Failure, OwnedHeader};
 use super::{GroupLayout, SendComm, World};
@@ -118,6 +120,9 @@ enum Outcome {
 
 struct Leader {
     comm: SendComm,
+    /// The first round's mailboxes in shared memory, when every process is on this
+    /// machine; otherwise the round goes by MPI messages through `send` and `inbox`.
+    mailboxes: Option<Mailboxes>,
     /// What the leader sends: its record and small data, or an allgather's regions.
     send: Bytes,
     /// Each process's record and small data, by process.
@@ -127,6 +132,20 @@ struct Leader {
     headers: Vec<u64>,
 }
 
+impl Leader {
+    /// Process `q`'s message in the last first round: its record, then its data if it
+    /// carried any (aligned for every element type).
+    fn message(&self, q: usize) -> &[u8] {
+        match &self.mailboxes {
+            Some(boxes) => boxes.inbox(q),
+            None => self
+                .inbox
+                .get(q)
+                .map_or(&[], |b| bytemuck::cast_slice(&b.0)),
+        }
+    }
+}
+
 /// A byte buffer aligned for every element type.
 #[derive(Default)]
 struct Bytes(Vec<u64>);
@@ -134,11 +153,6 @@ struct Bytes(Vec<u64>);
 impl Bytes {
     fn bytes(&self, len: usize) -> &[u8] {
         &bytemuck::cast_slice(&self.0)[..len]
-    }
-
-    /// `len` bytes from `at`, if it holds them.
-    fn get(&self, at: usize, len: usize) -> Option<&[u8]> {
-        bytemuck::cast_slice(&self.0).get(at..at.checked_add(len)?)
     }
 
     /// The first `len` bytes, grown to hold them (never shrunk: steady state allocates
@@ -181,6 +195,7 @@ impl MpiComm {
             shared: RwLock::default(),
             leader: Mutex::new(Leader {
                 comm: layout.comm,
+                mailboxes: layout.mailboxes,
                 send: Bytes::default(),
                 inbox: Vec::new(),
                 scratch: Bytes::default(),
@@ -394,6 +409,9 @@ const RECORD: usize = 5;
 /// a larger one agrees first, then runs the payload.
 const SMALL: usize = 64 << 10;
 
+/// The most bytes of a leader's message in a stage's first round: its record and data.
+pub(super) const FIRST_ROUND_BYTES: usize = RECORD * 8 + SMALL;
+
 /// Tags of the stage's point-to-point messages. Messages between two processes with one
 /// tag arrive in the order they were sent, so a stage's many messages of one tag match
 /// their receives in order; stages follow each other on one communicator per group.
@@ -548,13 +566,14 @@ impl Node {
         } else {
             0
         };
-        let Leader {
-            comm, send, inbox, ..
-        } = leader;
-        let message = send.bytes_mut(RECORD * 8 + data);
-        message[..RECORD * 8].copy_from_slice(bytemuck::cast_slice(&record));
-        if carry {
-            // Every dtype's region of each contributing rank, padded (checked by `has`).
+        let len = RECORD * 8 + data;
+        // The message: the record, then every dtype's region of each contributing rank,
+        // padded (checked by `has`) if the data rides along.
+        let write = |message: &mut [u8]| {
+            message[..RECORD * 8].copy_from_slice(bytemuck::cast_slice(&record));
+            if !carry {
+                return;
+            }
             let mut at = RECORD * 8;
             for d in DType::ALL {
                 let bytes = lens[d.index()] * d.size();
@@ -570,7 +589,71 @@ impl Node {
                     at += pad(bytes);
                 }
             }
+        };
+        let got = match &mut leader.mailboxes {
+            Some(boxes) => {
+                write(boxes.outbox(len).ok_or_else(|| aborted(Abandoned))?);
+                boxes.exchange(len, || self.stop()).map_err(aborted)?;
+                (0..processes)
+                    .filter(|&q| q != self.process)
+                    .map(|q| boxes.inbox(q).len())
+                    .collect()
+            }
+            None => self.first_round_by_messages(leader, len, write)?,
+        };
+        let peers = || (0..processes).filter(|&q| q != self.process).zip(&got);
+        let mut fast = !failed && alike;
+        let record_of = |q: usize| -> Option<&[u64]> {
+            let bytes = leader.message(q).get(..RECORD * 8)?;
+            bytemuck::try_cast_slice(bytes).ok()
+        };
+        for (q, &len) in peers() {
+            let theirs = record_of(q).filter(|_| len >= RECORD * 8);
+            let theirs = theirs.ok_or_else(|| bad("a process sent no record"))?;
+            fast &= theirs[0] == 0 && theirs[1] == 1 && theirs[2..4] == record[2..4];
         }
+        if !fast {
+            return self
+                .settle(leader, posts, collective, first)
+                .map(|h| (h, false));
+        }
+        // Same header everywhere: every process decided alike whether to carry its data
+        // (and if not, every process sees it and says so).
+        let carried_by = |q: usize| record_of(q).map_or(u64::MAX, |r| r[RECORD - 1]);
+        let odd = |(q, &len): (usize, &usize)| {
+            carried_by(q) != record[RECORD - 1]
+                || carry && len != RECORD * 8 + self.carried_len(collective, &lens, q)
+        };
+        if let Some((q, len)) = peers().find(|&p| odd(p)) {
+            return Err(Outcome::Comm(format!(
+                "the processes disagree on the data of a stage (process {q}: {len} bytes, \
+                 carried: {}; here: {carry}, {} bytes expected)",
+                carried_by(q),
+                RECORD * 8 + self.carried_len(collective, &lens, q)
+            )));
+        }
+        // Every rank of every process brought this very header.
+        match agree(self.size, collective, |_| first.header()) {
+            Ok(()) => Ok((first, carry)),
+            Err(d) => Err(Outcome::Disagreed(d)),
+        }
+    }
+
+    /// The first round by MPI messages: `write` fills the leader's message of `len` bytes,
+    /// sent to every other leader while theirs come in (`inbox`). How many bytes came from
+    /// each other process, in process order.
+    fn first_round_by_messages(
+        &self,
+        leader: &mut Leader,
+        len: usize,
+        write: impl FnOnce(&mut [u8]),
+    ) -> Result<Vec<usize>, Outcome> {
+        let processes = self.counts.len();
+        let Leader {
+            comm, send, inbox, ..
+        } = leader;
+        let message = send.bytes_mut(len);
+        write(message);
         let message = &*message;
         inbox.resize_with(processes, Bytes::default);
         let comm = &comm.0;
@@ -579,7 +662,7 @@ impl Node {
             for (q, buf) in inbox.iter_mut().enumerate() {
                 if q != self.process {
                     let from = comm.process_at_rank(q as i32);
-                    let buf = buf.bytes_mut(RECORD * 8 + SMALL);
+                    let buf = buf.bytes_mut(FIRST_ROUND_BYTES);
                     requests.push(from.immediate_receive_into_with_tag(scope, buf, TAG_FIRST));
                 }
             }
@@ -597,41 +680,10 @@ impl Node {
             inbox.iter_mut().for_each(|b| wait::leak(&mut b.0));
             return Err(aborted(Abandoned));
         };
-        let got: Vec<usize> = statuses
+        Ok(statuses
             .iter()
             .map(|s| usize::try_from(s.count(u8::equivalent_datatype())).unwrap_or(0))
-            .collect();
-        let peers = || (0..processes).filter(|&q| q != self.process).zip(&got);
-        let mut fast = !failed && alike;
-        for (q, &len) in peers() {
-            let theirs = inbox[q].0.get(..RECORD).filter(|_| len >= RECORD * 8);
-            let theirs = theirs.ok_or_else(|| bad("a process sent no record"))?;
-            fast &= theirs[0] == 0 && theirs[1] == 1 && theirs[2..4] == record[2..4];
-        }
-        if !fast {
-            return self
-                .settle(leader, posts, collective, first)
-                .map(|h| (h, false));
-        }
-        // Same header everywhere: every process decided alike whether to carry its data
-        // (and if not, every process sees it and says so).
-        let odd = |(q, &len): (usize, &usize)| {
-            inbox[q].0[RECORD - 1] != record[RECORD - 1]
-                || carry && len != RECORD * 8 + self.carried_len(collective, &lens, q)
-        };
-        if let Some((q, len)) = peers().find(|&p| odd(p)) {
-            return Err(Outcome::Comm(format!(
-                "the processes disagree on the data of a stage (process {q}: {len} bytes, \
-                 carried: {}; here: {carry}, {} bytes expected)",
-                inbox[q].0[RECORD - 1],
-                RECORD * 8 + self.carried_len(collective, &lens, q)
-            )));
-        }
-        // Every rank of every process brought this very header.
-        match agree(self.size, collective, |_| first.header()) {
-            Ok(()) => Ok((first, carry)),
-            Err(d) => Err(Outcome::Disagreed(d)),
-        }
+            .collect())
     }
 
     /// The verdict when the records differ: the leaders exchange every rank's header and
@@ -748,8 +800,9 @@ impl Node {
                 .map(|e| ranks * pad(lens[e.index()] * e.size()))
                 .sum();
             let at = RECORD * 8 + before + within * pad(bytes);
-            leader.inbox[q]
-                .get(at, bytes)
+            leader
+                .message(q)
+                .get(at..at.saturating_add(bytes))
                 .ok_or_else(|| "a process's message is too short".to_string())
         };
         for d in dtypes {

@@ -41,10 +41,12 @@
 mod comm;
 mod edge;
 pub(crate) mod late;
+mod shm;
 mod wait;
 pub(crate) mod wire;
 
 pub use comm::MpiComm;
+pub use shm::SHARED_MEMORY_VAR;
 
 /// The `mpi` crate (rsmpi), for MPI calls of a program's own beside its graphs (after
 /// [`Mpi::init`], which initializes MPI).
@@ -81,6 +83,10 @@ pub(crate) struct World {
     comm: Mutex<SendComm>,
     process: usize,
     processes: usize,
+    /// Whether every process runs on this machine, with shared memory not turned off
+    /// ([`SHARED_MEMORY_VAR`]): the leaders' first round of a stage then goes through a
+    /// segment they share (`shm`).
+    shared_memory: bool,
     _universe: Universe,
 }
 
@@ -120,6 +126,8 @@ pub(crate) struct GroupLayout {
     pub(crate) comm: SendComm,
     /// The communicator of the group's census after a timeout (see `late`).
     pub(crate) census: SendComm,
+    /// The leaders' mailboxes in memory every process maps, if they share a machine.
+    pub(crate) mailboxes: Option<shm::Mailboxes>,
 }
 
 impl GroupLayout {
@@ -150,11 +158,13 @@ impl Mpi {
         }
         let comm = universe.world();
         let (process, processes) = (rank_of(comm.rank()), rank_of(comm.size()));
+        let shared_memory = processes > 1 && shm::usable(&comm);
         Ok(Self {
             world: Arc::new(World {
                 comm: Mutex::new(SendComm(comm)),
                 process,
                 processes,
+                shared_memory,
                 _universe: universe,
             }),
             joined: Mutex::new(Joined::default()),
@@ -169,6 +179,14 @@ impl Mpi {
     /// The number of processes.
     pub fn processes(&self) -> usize {
         self.world.processes
+    }
+
+    /// Whether the leaders of a group meet in memory their processes share for the first
+    /// round of each stage (its agreement and small data), rather than through MPI
+    /// messages: when every process runs on this machine, unless a process turned it off
+    /// with [`SHARED_MEMORY_VAR`] set to `0`. The same on every process.
+    pub fn shares_memory(&self) -> bool {
+        self.world.shared_memory
     }
 
     fn joined(&self) -> std::sync::MutexGuard<'_, Joined> {
@@ -309,6 +327,10 @@ impl Backend for Mpi {
             joined.counts.push((group, counts.clone()));
             let comm = SendComm(world.0.duplicate());
             let census = SendComm(world.0.duplicate());
+            let mailboxes = match self.world.shared_memory {
+                true => shm::Mailboxes::open(&world.0, comm::FIRST_ROUND_BYTES),
+                false => None,
+            };
             joined.groups.push((
                 group,
                 GroupLayout {
@@ -317,6 +339,7 @@ impl Backend for Mpi {
                     process: self.process(),
                     comm,
                     census,
+                    mailboxes,
                 },
             ));
         }
