@@ -23,12 +23,7 @@ pub(crate) fn load<E: Element>(acc: &mut [E::Acc], src: &[E]) {
 pub(crate) fn combine<E: Element>(acc: &mut [E::Acc], src: &[E], op: ReduceOp) {
     let src = &src[..acc.len()];
     let pairs = acc.iter_mut().zip(src);
-    match op {
-        ReduceOp::Sum | ReduceOp::Avg => pairs.for_each(|(a, &b)| *a = a.add(b.to_acc())),
-        ReduceOp::Prod => pairs.for_each(|(a, &b)| *a = a.mul(b.to_acc())),
-        ReduceOp::Min => pairs.for_each(|(a, &b)| *a = a.min(b.to_acc())),
-        ReduceOp::Max => pairs.for_each(|(a, &b)| *a = a.max(b.to_acc())),
-    }
+    with_op!(op, f => pairs.for_each(|(a, &b)| *a = f(*a, b.to_acc())));
 }
 
 /// Finishes a reduction over `n` ranks (`Avg` divides; the other ops are done) and

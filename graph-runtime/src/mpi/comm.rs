@@ -1175,6 +1175,8 @@ fn fold<E: Element + bytemuck::Pod>(
     op: ReduceOp,
     dst: &mut [u8],
 ) {
+    // Rank `own`'s source is an empty byte slice, which need not be aligned for `E`
+    // (`cast_slice` would panic): it is `&[]` of `E` instead, never read (`dst` holds it).
     let srcs: Vec<&[E]> = srcs
         .iter()
         .enumerate()

@@ -184,7 +184,9 @@ impl Mpi {
     /// Whether the leaders of a group meet in memory their processes share for the first
     /// round of each stage (its agreement and small data), rather than through MPI
     /// messages: when every process runs on this machine, unless a process turned it off
-    /// with [`SHARED_MEMORY_VAR`] set to `0`. The same on every process.
+    /// with [`SHARED_MEMORY_VAR`] set to `0`. The same on every process. (A group whose
+    /// segment some process cannot map, `/dev/shm` being full, say, uses MPI messages on
+    /// every process all the same.)
     pub fn shares_memory(&self) -> bool {
         self.world.shared_memory
     }
@@ -206,61 +208,13 @@ impl Mpi {
         Arc::clone(&self.world)
     }
 
-    /// The layout and communicator of group `group` of the graph joined last, for this
-    /// process's `size` actors; taken once.
-    pub(crate) fn take_group(
+    /// [`Backend::join`], with the leaders' mailboxes in shared memory (`shm`) made for
+    /// each group if `mailboxes` (the NCCL backend over MPI has no use for them).
+    pub(crate) fn join_groups(
         &self,
-        group: &'static str,
-        size: usize,
-    ) -> Result<GroupLayout, Error> {
-        let mut joined = self.joined();
-        let Some(at) = joined.groups.iter().position(|(g, _)| *g == group) else {
-            return Err(Error::Backend(format!(
-                "group `{group}` was not part of the graph the MPI backend joined last"
-            )));
-        };
-        let (_, layout) = joined.groups.remove(at);
-        if layout.counts[layout.process] != size {
-            return Err(Error::Backend(format!(
-                "group `{group}` was joined with {} actors on this process, launched with {size}",
-                layout.counts[layout.process]
-            )));
-        }
-        Ok(layout)
-    }
-}
-
-/// Every process's `words`, process after process (see `wait::all_gather_words`), for
-/// the NCCL backend's agreement over MPI; given up on when `stop()` says so (`None`): the
-/// requests then stay pending in MPI with their buffers leaked (see `wait`), so the caller
-/// must never run another collective on `comm`.
-#[cfg(feature = "nccl")]
-pub(crate) fn all_gather_words_until(
-    comm: &SimpleCommunicator,
-    words: &[u64],
-    stop: impl Fn() -> bool,
-) -> Option<Vec<u64>> {
-    wait::all_gather_words(comm, words, stop).ok()
-}
-
-fn rank_of(r: i32) -> usize {
-    usize::try_from(r).unwrap_or(0)
-}
-
-impl Backend for Mpi {
-    type Comm = MpiComm;
-
-    /// Refused: the MPI backend makes its endpoints when a graph is launched over it.
-    fn communicators(&self, size: usize) -> Result<Vec<MpiComm>, Error> {
-        let _ = size;
-        Err(Error::Unsupported(
-            "the MPI backend makes its communicators when a graph is launched over it \
-             (`G::launch(.., &mpi)`), not on their own"
-                .into(),
-        ))
-    }
-
-    fn join(&self, graph: &GraphInfo<'_>) -> Result<Vec<usize>, Error> {
+        graph: &GraphInfo<'_>,
+        mailboxes: bool,
+    ) -> Result<Vec<usize>, Error> {
         let mut joined = self.joined();
         // Groups of an earlier launch that failed after its join are dropped here.
         *joined = Joined {
@@ -327,7 +281,7 @@ impl Backend for Mpi {
             joined.counts.push((group, counts.clone()));
             let comm = SendComm(world.0.duplicate());
             let census = SendComm(world.0.duplicate());
-            let mailboxes = match self.world.shared_memory {
+            let mailboxes = match mailboxes && self.world.shared_memory {
                 true => shm::Mailboxes::open(&world.0, comm::FIRST_ROUND_BYTES),
                 false => None,
             };
@@ -344,6 +298,64 @@ impl Backend for Mpi {
             ));
         }
         Ok(sizes)
+    }
+
+    /// The layout and communicator of group `group` of the graph joined last, for this
+    /// process's `size` actors; taken once.
+    pub(crate) fn take_group(
+        &self,
+        group: &'static str,
+        size: usize,
+    ) -> Result<GroupLayout, Error> {
+        let mut joined = self.joined();
+        let Some(at) = joined.groups.iter().position(|(g, _)| *g == group) else {
+            return Err(Error::Backend(format!(
+                "group `{group}` was not part of the graph the MPI backend joined last"
+            )));
+        };
+        let (_, layout) = joined.groups.remove(at);
+        if layout.counts[layout.process] != size {
+            return Err(Error::Backend(format!(
+                "group `{group}` was joined with {} actors on this process, launched with {size}",
+                layout.counts[layout.process]
+            )));
+        }
+        Ok(layout)
+    }
+}
+
+/// Every process's `words`, process after process (see `wait::all_gather_words`), for
+/// the NCCL backend's agreement over MPI; given up on when `stop()` says so (`None`): the
+/// requests then stay pending in MPI with their buffers leaked (see `wait`), so the caller
+/// must never run another collective on `comm`.
+#[cfg(feature = "nccl")]
+pub(crate) fn all_gather_words_until(
+    comm: &SimpleCommunicator,
+    words: &[u64],
+    stop: impl Fn() -> bool,
+) -> Option<Vec<u64>> {
+    wait::all_gather_words(comm, words, stop).ok()
+}
+
+fn rank_of(r: i32) -> usize {
+    usize::try_from(r).unwrap_or(0)
+}
+
+impl Backend for Mpi {
+    type Comm = MpiComm;
+
+    /// Refused: the MPI backend makes its endpoints when a graph is launched over it.
+    fn communicators(&self, size: usize) -> Result<Vec<MpiComm>, Error> {
+        let _ = size;
+        Err(Error::Unsupported(
+            "the MPI backend makes its communicators when a graph is launched over it \
+             (`G::launch(.., &mpi)`), not on their own"
+                .into(),
+        ))
+    }
+
+    fn join(&self, graph: &GraphInfo<'_>) -> Result<Vec<usize>, Error> {
+        self.join_groups(graph, true)
     }
 
     fn group_communicators(&self, group: &'static str, size: usize) -> Result<Vec<MpiComm>, Error> {

@@ -190,7 +190,8 @@ impl Backend for NcclMpi<'_> {
     }
 
     fn join(&self, graph: &GraphInfo<'_>) -> Result<Vec<usize>, Error> {
-        let sizes = self.mpi.join(graph)?;
+        // NCCL moves the data: the leaders' mailboxes would go unused.
+        let sizes = self.mpi.join_groups(graph, false)?;
         self.make_ids(graph)?;
         Ok(sizes)
     }
