@@ -1,6 +1,7 @@
 //! Per-execute latency of small graphs: the fixed cost of a compiled graph.
 
-use std::time::Duration;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
 
 use actorgraph::prelude::*;
 use criterion::{criterion_group, Criterion};
@@ -50,7 +51,20 @@ fn echo_async(c: &mut Criterion) {
         group.bench_function(format!("{n} actors/execute"), |b| {
             b.iter(|| g.execute(x.clone()).unwrap())
         });
+        // As an async program awaits it: one `block_on` for the whole sample.
         group.bench_function(format!("{n} actors/execute_async"), |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        black_box(g.execute_async(x.clone()).await.unwrap());
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+        // Each call in a `block_on` of its own: the runtime's entry and exit on top.
+        group.bench_function(format!("{n} actors/block_on(execute_async)"), |b| {
             b.iter(|| rt.block_on(g.execute_async(x.clone())).unwrap())
         });
     }

@@ -518,7 +518,6 @@ impl FusedStage {
             dims: &self.dims,
             data: &self.data,
         };
-        let rank = self.rank;
         let share = comm.shares_results(collective, &header);
         let (inputs, outputs) = (&mut self.inputs, &mut self.outputs);
         let result = inputs.with_slices(|ins| {
@@ -530,7 +529,7 @@ impl FusedStage {
             }
             // After the stage: no `&mut` into our buffers is alive any more.
             let mut buffers = SharedBuffers::default();
-            if rank == 0 {
+            if comm.lends_results() {
                 self.inputs.offer(&mut buffers);
             }
             comm.exchange_results(&mut buffers)?;

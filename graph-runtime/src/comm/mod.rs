@@ -802,23 +802,33 @@ pub trait Communicator: Send + 'static {
         false
     }
 
-    /// Whether `stage`, for this collective and header, writes every rank's results into
-    /// rank 0's regions only; the ranks then share rank 0's buffers through
-    /// [`Communicator::exchange_results`]. A shared-memory communicator does this for large
-    /// allreduces: each element of the result is then written once, not once per rank.
-    /// The answer must be the same on every rank (decide from the agreed header). The
-    /// default: never.
+    /// Whether `stage`, for this collective and header, writes the results of several ranks
+    /// into the regions of one of them only (the one whose
+    /// [`lends_results`](Communicator::lends_results) is true); those ranks then share its
+    /// buffers through [`Communicator::exchange_results`]. A shared-memory communicator does
+    /// this for large allreduces: each element of the result is then written once, not
+    /// once per rank. The answer must be the same on every rank that shares (decide from
+    /// the agreed header). The default: never.
     fn shares_results(&self, collective: Collective, header: &Header<'_>) -> bool {
         let _ = (collective, header);
         false
     }
 
     /// Called by every rank after a successful stage for which
-    /// [`shares_results`](Communicator::shares_results) is true: rank 0 passes its result
-    /// buffers (by dtype index), and every other rank receives them in `buffers`.
+    /// [`shares_results`](Communicator::shares_results) is true: the rank that
+    /// [lends](Communicator::lends_results) passes its result buffers (by dtype index), and
+    /// every other rank receives them in `buffers`.
     fn exchange_results(&mut self, buffers: &mut SharedBuffers) -> Result<(), StageError> {
         let _ = buffers;
         Ok(())
+    }
+
+    /// Whether this rank's buffers are the ones [`exchange_results`] hands to the ranks it
+    /// shares results with. The default: rank 0 (one group of ranks sharing).
+    ///
+    /// [`exchange_results`]: Communicator::exchange_results
+    fn lends_results(&self) -> bool {
+        self.rank() == 0
     }
 
     /// A handle that aborts this communicator's whole group (see [`AbortHandle`]). The

@@ -22,7 +22,8 @@
 //!    MPI has no type for, too (MPI only moves bytes).
 //! 3. The leader posts the verdict and the results (`Node::shared`), or leaves a large
 //!    `allreduce`'s in its own regions; after a second barrier every other rank copies out
-//!    what is its own.
+//!    what is its own, or, for an `allreduce` of more than `SMALL` bytes, views the
+//!    leader's buffers (`shares_results`: they are handed over at one more barrier).
 //!
 //! The ranks of a process share buffers behind a lock, not pointers. The leader's waits
 //! in the agreement poll and give up when the group is aborted (`super::wait`, the one
@@ -46,8 +47,8 @@ use super::wire::{self, Failure, OwnedHeader};
 use super::{GroupLayout, SendComm, World};
 use crate::comm::reduce::fold_into;
 use crate::comm::{
-    agree, AbortHandle, Call, Collective, Communicator, Disagreement, Header, RegionMut, SlotDesc,
-    StageError, Status,
+    agree, AbortHandle, Call, Collective, Communicator, Disagreement, Header, RegionMut,
+    SharedBuffers, SlotDesc, StageError, Status,
 };
 use crate::element::{for_each_dtype, with_dtype};
 use crate::sync::Barrier;
@@ -79,6 +80,9 @@ struct Node {
     /// Set by the abort handle: the leader gives up the agreement under way (see `wait`).
     aborted: AtomicBool,
     census: Census,
+    /// The leader's result buffers for each of the process's ranks, by local rank, from
+    /// the leader's `exchange_results` to the other's.
+    lent: Mutex<Vec<SharedBuffers>>,
     // Last: the communicators in `leader` and `census` are freed before MPI may end.
     _world: Arc<World>,
 }
@@ -101,6 +105,9 @@ struct Shared {
     all: [Bytes; DType::COUNT],
     /// The result of each dtype (reductions, broadcasts).
     result: [Bytes; DType::COUNT],
+    /// The stage's results stay in the leader's regions only: the process's other ranks
+    /// view the leader's buffers after it (`exchange_results`), so none is copied here.
+    lent: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -202,6 +209,7 @@ impl MpiComm {
                 headers: Vec::new(),
             }),
             census: Census::new(layout.census, layout.counts.clone(), layout.process),
+            lent: Mutex::new(vec![SharedBuffers::default(); n]),
             counts: layout.counts,
             offsets: layout.offsets,
             process: layout.process,
@@ -259,10 +267,11 @@ impl Communicator for MpiComm {
             }
         }
         node.barrier.wait().map_err(|_| StageError::Aborted)?;
+        let lend = self.shares_results(collective, header);
         let mut in_place = false;
         if self.local == 0 {
             let outcome;
-            (outcome, in_place) = node.lead(collective, regions);
+            (outcome, in_place) = node.lead(collective, regions, lend);
             node.shared
                 .write()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -290,7 +299,9 @@ impl Communicator for MpiComm {
                 ))))
             }
         }
-        if in_place {
+        if in_place || lend {
+            // The leader's results, or (lent) its buffers, which `exchange_results` hands
+            // to this rank next.
             return Ok(());
         }
         copy_out(
@@ -320,6 +331,43 @@ impl Communicator for MpiComm {
 
     fn spans_processes(&self) -> bool {
         self.node.counts.len() > 1
+    }
+
+    /// A large `allreduce` on a process of several ranks leaves the results in the
+    /// leader's regions only: the others view its buffers, which spares the leader a copy
+    /// into `shared` and each other rank a copy out of it.
+    fn shares_results(&self, collective: Collective, header: &Header<'_>) -> bool {
+        let bytes: usize = header
+            .slots
+            .iter()
+            .map(|s| s.len.saturating_mul(s.dtype.size()))
+            .sum();
+        matches!(collective, Collective::AllReduce(_)) && self.node.posts.len() > 1 && bytes > SMALL
+    }
+
+    fn lends_results(&self) -> bool {
+        self.local == 0
+    }
+
+    fn exchange_results(&mut self, buffers: &mut SharedBuffers) -> Result<(), StageError> {
+        let node = &self.node;
+        if self.local == 0 {
+            let mut lent = lock(&node.lent);
+            lent.iter_mut().skip(1).for_each(|e| e.clone_from(buffers));
+        }
+        // Each rank takes its entry before the next stage's first barrier, which the
+        // leader passes before it fills the entries again.
+        node.barrier.wait().map_err(|_| StageError::Aborted)?;
+        if self.local != 0 {
+            *buffers = std::mem::take(&mut lock(&node.lent)[self.local]);
+            if buffers.iter().all(Option::is_none) {
+                return Err(StageError::Comm(Error::Backend(format!(
+                    "MPI stage of group `{}`: the leader lent no results",
+                    node.group
+                ))));
+            }
+        }
+        Ok(())
     }
 
     fn runs_on_any_thread(&self) -> bool {
@@ -466,11 +514,17 @@ impl Node {
     /// The leader's part of a stage, between the two barriers: the verdict of every rank
     /// of every process and, if they agree, the payload. Also whether the leader's own
     /// regions hold its results already (it then copies nothing out).
-    fn lead(&self, collective: Collective, own: &mut [RegionMut<'_>]) -> (Outcome, bool) {
+    fn lead(
+        &self,
+        collective: Collective,
+        own: &mut [RegionMut<'_>],
+        lend: bool,
+    ) -> (Outcome, bool) {
         let mut leader = lock(&self.leader);
         let leader = &mut *leader;
         let posts: Vec<MutexGuard<'_, Post>> = self.posts.iter().map(lock).collect();
         let mut shared = self.shared.write().unwrap_or_else(PoisonError::into_inner);
+        shared.lent = lend;
         if self.stop() {
             // No new MPI call after an abort: it would be matched with a given-up one.
             return (aborted(Abandoned), false);
@@ -490,6 +544,11 @@ impl Node {
             self.payload(leader, &posts, &mut mine, &header, &mut shared)
         };
         match done {
+            // Lent buffers that do not hold the results would be read as results.
+            Ok(false) if lend => (
+                Outcome::Comm("the leader's regions do not hold the results to lend".into()),
+                false,
+            ),
             Ok(in_place) => (Outcome::Ok, in_place),
             Err(reason) => (Outcome::Comm(reason), false),
         }
@@ -834,7 +893,7 @@ impl Node {
                             return Err(format!("the leader has no {d} region"));
                         };
                         with_dtype!(d, E => fold::<E>(&srcs, Some(first), op, dst));
-                        if posts.len() > 1 {
+                        if posts.len() > 1 && !shared.lent {
                             shared.result[d.index()]
                                 .bytes_mut(bytes)
                                 .copy_from_slice(dst);
@@ -1143,7 +1202,7 @@ impl Node {
             }
             wait_all(requests);
         });
-        if in_place && n > 1 {
+        if in_place && n > 1 && !shared.lent {
             // The process's other ranks copy the result out of `shared`.
             for (d, r) in mine.iter().enumerate() {
                 if let Some(r) = r.as_deref().filter(|_| lens[d] > 0) {
