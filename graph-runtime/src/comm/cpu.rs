@@ -745,12 +745,9 @@ impl Communicator for CpuComm {
     }
 
     fn shares_results(&self, collective: Collective, header: &Header<'_>) -> bool {
-        let bytes: usize = header
-            .slots
-            .iter()
-            .map(|s| s.len.saturating_mul(s.dtype.size()))
-            .sum();
-        matches!(collective, Collective::AllReduce(_)) && self.size > 1 && bytes >= SHARE_BYTES
+        matches!(collective, Collective::AllReduce(_))
+            && self.size > 1
+            && header.bytes() >= SHARE_BYTES
     }
 
     fn exchange_results(&mut self, buffers: &mut SharedBuffers) -> Result<(), StageError> {

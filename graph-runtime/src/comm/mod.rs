@@ -225,6 +225,14 @@ impl Header<'static> {
 }
 
 impl<'a> Header<'a> {
+    /// The bytes of every value together (saturating).
+    pub fn bytes(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|s| s.len.saturating_mul(s.dtype.size()))
+            .fold(0, usize::saturating_add)
+    }
+
     /// Each value's shape, in bucket order: its [`SlotDesc::ndim`] dimensions from
     /// [`dims`](Self::dims). `None` if `dims` does not hold exactly as many dimensions as
     /// the slots declare.

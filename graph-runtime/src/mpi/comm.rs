@@ -337,12 +337,9 @@ impl Communicator for MpiComm {
     /// leader's regions only: the others view its buffers, which spares the leader a copy
     /// into `shared` and each other rank a copy out of it.
     fn shares_results(&self, collective: Collective, header: &Header<'_>) -> bool {
-        let bytes: usize = header
-            .slots
-            .iter()
-            .map(|s| s.len.saturating_mul(s.dtype.size()))
-            .sum();
-        matches!(collective, Collective::AllReduce(_)) && self.node.posts.len() > 1 && bytes > SMALL
+        matches!(collective, Collective::AllReduce(_))
+            && self.node.posts.len() > 1
+            && header.bytes() > SMALL
     }
 
     fn lends_results(&self) -> bool {
