@@ -7,12 +7,12 @@
 //!    mailboxes in shared memory when every process is on this machine (`super::shm`), by
 //!    point-to-point messages otherwise: each sends every other a fixed record (failed?,
 //!    all ranks alike?, a digest of the header) and, when the stage is small, its ranks'
-//!    data with it (`Node::agree`). When every process sent the same digest of alike ranks, every rank
-//!    of the group has that header and the verdict is [`agree`] over it; otherwise the
-//!    leaders exchange every rank's header (and the error of a failed rank) and run
-//!    [`agree`] over them all (`Node::settle`), which names the same value and the same
-//!    shapes everywhere. A small stage is then done: each leader has every rank's data
-//!    (`Node::small`). A large one runs its payload: for the reductions a reduce-scatter
+//!    data with it (`Node::agree`). When every process sent the same digest of alike
+//!    ranks, every rank of the group has that header and the verdict is [`agree`] over it;
+//!    otherwise the leaders exchange every rank's header (and the error of a failed rank)
+//!    and run [`agree`] over them all (`Node::settle`), which names the same value and the
+//!    same shapes everywhere. A small stage is then done: each leader has every rank's
+//!    data (`Node::small`). A large one runs its payload: for the reductions a reduce-scatter
 //!    in rank order then an allgather, point to point (`Node::scatter_gather`); for the
 //!    others one nonblocking MPI operation per dtype region, started together
 //!    (`MPI_Iallgatherv`, `MPI_Ibcast`). Reductions fold every rank's values in rank
