@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::parts::{Hand, Layout, Parts};
-use crate::tensor::Storage;
+use crate::tensor::{Shape, Storage};
 use crate::{Element, Error, Tensor};
 
 /// A value that can travel through a fused collective stage.
@@ -307,7 +307,7 @@ impl<E: Element> Reduced<'_, E> {
             Arc::clone(self.buf),
             self.offset,
             self.len,
-            Arc::clone(like.shape_arc()),
+            like.shape_of().clone(),
         )
     }
 
@@ -327,7 +327,7 @@ impl<E: Element> Reduced<'_, E> {
     }
 
     /// A view with `shape`, which the caller checked holds `len` elements.
-    fn view(&self, shape: Arc<[usize]>) -> Tensor<E> {
+    fn view(&self, shape: Shape) -> Tensor<E> {
         Tensor::view(Arc::clone(self.buf), self.offset, self.len, shape)
     }
 }
@@ -362,14 +362,10 @@ impl<E: Element> Bucketable for Tensor<E> {
 impl<E: Element> Gather for Tensor<E> {
     type Gathered = Tensor<E>;
     fn gathered(&self, data: Reduced<'_, E>, ranks: usize) -> Tensor<E> {
-        let shape: Arc<[usize]> = match self.shape().split_first() {
-            // `[d0, rest..]` -> `[N * d0, rest..]`; the data holds N times our elements.
-            // Saturating only matters for an empty tensor with an absurd first dimension.
-            Some((&d0, rest)) => std::iter::once(d0.saturating_mul(ranks))
-                .chain(rest.iter().copied())
-                .collect(),
-            None => Arc::from([ranks]),
-        };
+        // `[d0, rest..]` -> `[N * d0, rest..]`; the data holds N times our elements.
+        // Saturating only matters for an empty tensor with an absurd first dimension.
+        let shape = self.shape_of().map_first(|d0| d0.saturating_mul(ranks));
+        let shape = shape.unwrap_or_else(|| [ranks].into());
         data.view(shape)
     }
 }
@@ -386,13 +382,9 @@ impl<E: Element> Scatter for Tensor<E> {
         self.shape().first().copied().unwrap_or(1)
     }
     fn scattered(&self, data: Reduced<'_, E>, ranks: usize) -> Tensor<E> {
-        match self.shape().split_first() {
-            // The agreement checked that `d0` divides by `ranks`.
-            Some((&d0, rest)) => data.view(
-                std::iter::once(d0 / ranks.max(1))
-                    .chain(rest.iter().copied())
-                    .collect(),
-            ),
+        // The agreement checked that `d0` divides by `ranks`.
+        match self.shape_of().map_first(|d0| d0 / ranks.max(1)) {
+            Some(shape) => data.view(shape),
             // A 0-d tensor scatters over one rank only: itself.
             None => data.to_tensor_like(self),
         }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use ndarray::{Array, ArrayViewD, Dimension, IxDyn};
 
 use crate::bucket::{Bucketable, Gather, GatherList, Parts, Reduced, Scatter};
-use crate::tensor::Storage;
+use crate::tensor::{Shape, Storage};
 use crate::{Element, Error, Tensor};
 
 /// An array of the same dimension type as `like` with `shape`, holding a copy of `data`;
@@ -152,7 +152,7 @@ impl<E: Element> Tensor<E> {
 /// ```
 impl<E: Element, D: Dimension> From<Array<E, D>> for Tensor<E> {
     fn from(array: Array<E, D>) -> Self {
-        let shape: Arc<[usize]> = ndarray::ArrayBase::shape(&array).into();
+        let shape = Shape::from(ndarray::ArrayBase::shape(&array));
         let len = array.len();
         if !array.is_standard_layout() {
             let data: Vec<E> = array.iter().copied().collect();

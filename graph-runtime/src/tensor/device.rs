@@ -123,7 +123,7 @@ impl<E: Element> Tensor<E> {
             Arc::new(Storage::Device(DeviceBuf::new(buf))),
             0,
             self.len,
-            Arc::clone(self.shape_arc()),
+            self.shape_of().clone(),
         ))
     }
 

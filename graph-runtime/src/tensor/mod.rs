@@ -7,6 +7,9 @@ use crate::{Element, Error};
 
 #[cfg_attr(not(feature = "nccl"), path = "no_device.rs")]
 mod device;
+mod shape;
+
+pub(crate) use shape::Shape;
 
 #[cfg(feature = "nccl")]
 pub(crate) use device::DeviceBuf;
@@ -70,7 +73,7 @@ pub struct Tensor<E> {
     data: Arc<Storage<E>>,
     offset: usize,
     len: usize,
-    shape: Arc<[usize]>,
+    shape: Shape,
 }
 
 impl<E> Clone for Tensor<E> {
@@ -79,7 +82,7 @@ impl<E> Clone for Tensor<E> {
             data: Arc::clone(&self.data),
             offset: self.offset,
             len: self.len,
-            shape: Arc::clone(&self.shape),
+            shape: self.shape.clone(),
         }
     }
 }
@@ -140,7 +143,7 @@ impl<E: Element> Tensor<E> {
     /// assert_eq!(t.shape(), &[2]);
     /// ```
     pub fn from_slice(data: &[E]) -> Self {
-        Self::from_parts(data.to_vec(), Arc::from([data.len()]))
+        Self::from_parts(data.to_vec(), [data.len()].into())
     }
 
     /// A zero-dimensional tensor holding one value.
@@ -150,10 +153,10 @@ impl<E: Element> Tensor<E> {
     /// assert_eq!((t.shape(), t.len()), (&[][..], 1));
     /// ```
     pub fn scalar(value: E) -> Self {
-        Self::from_parts(vec![value], Arc::from([]))
+        Self::from_parts(vec![value], [].into())
     }
 
-    fn from_parts(data: Vec<E>, shape: Arc<[usize]>) -> Self {
+    fn from_parts(data: Vec<E>, shape: Shape) -> Self {
         let len = data.len();
         Self {
             data: Arc::new(Storage::Host(data)),
@@ -166,12 +169,7 @@ impl<E: Element> Tensor<E> {
     /// A view of `len` elements of `data` starting at `offset`, with `shape`.
     ///
     /// The caller guarantees `offset + len <= data.len()` and that `shape` holds `len`.
-    pub(crate) fn view(
-        data: Arc<Storage<E>>,
-        offset: usize,
-        len: usize,
-        shape: Arc<[usize]>,
-    ) -> Self {
+    pub(crate) fn view(data: Arc<Storage<E>>, offset: usize, len: usize, shape: Shape) -> Self {
         debug_assert!(offset + len <= data.len());
         Self {
             data,
@@ -181,7 +179,8 @@ impl<E: Element> Tensor<E> {
         }
     }
 
-    pub(crate) fn shape_arc(&self) -> &Arc<[usize]> {
+    /// The shape, to clone into a view of the same shape.
+    pub(crate) fn shape_of(&self) -> &Shape {
         &self.shape
     }
 
@@ -282,7 +281,7 @@ impl<E: Element> fmt::Debug for Tensor<E> {
 impl<E: Element> From<Vec<E>> for Tensor<E> {
     fn from(data: Vec<E>) -> Self {
         let n = data.len();
-        Self::from_parts(data, Arc::from([n]))
+        Self::from_parts(data, [n].into())
     }
 }
 
@@ -293,7 +292,7 @@ mod tests {
     #[test]
     fn views_share_storage_and_keep_their_window() {
         let t = Tensor::from_vec((0..12).map(|i| i as f32).collect(), [3, 4]).unwrap();
-        let v = Tensor::view(Arc::clone(&t.data), 4, 4, Arc::from([4]));
+        let v = Tensor::view(Arc::clone(&t.data), 4, 4, [4].into());
         assert_eq!(v.as_slice(), &[4.0, 5.0, 6.0, 7.0]);
         assert!(v.shares_storage(&t));
         assert_eq!(v.shape(), &[4]);
