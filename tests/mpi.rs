@@ -12,7 +12,7 @@ use actorgraph::comm::reduce_reference;
 use actorgraph::half::{bf16, f16};
 use actorgraph::mpi::Mpi;
 use actorgraph::prelude::*;
-use actorgraph::{BoxError, DType, Element};
+use actorgraph::{BoxError, DType, Element, Reduced};
 
 #[path = "support/expect.rs"]
 mod expect;
@@ -295,6 +295,95 @@ fn large(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
             same_long("large gather d", q, &every.to_vec(), &each);
             same_long("large bcast a", q, &from.0.to_vec(), &all[1].0.to_vec());
             same_long("large bcast c", q, &from.1.to_vec(), &all[1].2.to_vec());
+        }
+    }
+    g.teardown().unwrap();
+}
+
+/// A user's value that only packs its elements (it has no `elements`), in one stage with
+/// tensors.
+#[derive(Clone, Debug)]
+struct Packed(Vec<f32>);
+
+impl Bucketable for Packed {
+    type Elem = f32;
+    fn bucket_len(&self) -> usize {
+        self.0.len()
+    }
+    fn pack(&self, dst: &mut [f32]) {
+        dst.copy_from_slice(&self.0);
+    }
+    fn unpack(&self, reduced: Reduced<'_, f32>) -> Self {
+        Packed(reduced.as_slice().to_vec())
+    }
+}
+
+type Mix = (Tensor<f32>, Packed, Tensor<f32>);
+
+/// Rank `q`'s values of `len` elements each in step `s`.
+fn mix_values(q: usize, len: usize, s: u64) -> Mix {
+    let v = |k: usize| (0..len).map(|i| f(q, i + k, s)).collect::<Vec<f32>>();
+    (
+        Tensor::from_vec(v(0), [len]).unwrap(),
+        Packed(v(1)),
+        Tensor::from_vec(v(2), [len]).unwrap(),
+    )
+}
+
+/// A worker of tensors and user values.
+struct M {
+    rank: usize,
+}
+
+#[actor]
+impl M {
+    fn mix(&mut self, len: &usize, step: &u64) -> Mix {
+        mix_values(self.rank, *len, *step)
+    }
+}
+
+graph! {
+    Mixed(workers: [M], len: usize, step: u64) {
+        let (a, p, b) = workers.mix(len, step);
+        let sum = allreduce([a, p, b], Sum);
+        let from = broadcast([a, p, b], 1);
+        (sum, from)
+    }
+}
+
+/// Tensors and user values in one stage, small (their data rides with the agreement)
+/// and large (the leader's regions are the payload's): bit for bit the reference.
+fn mixed(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
+    let workers: Vec<M> = here.clone().map(|rank| M { rank }).collect();
+    let mut g = Mixed::launch(workers, mpi).unwrap();
+    for (s, len) in [(0u64, 7usize), (1, BIG), (2, 9)] {
+        let all: Vec<Mix> = (0..size).map(|q| mix_values(q, len, s)).collect();
+        let sum = |pick: &dyn Fn(&Mix) -> Vec<f32>| {
+            let v: Vec<Vec<f32>> = all.iter().map(pick).collect();
+            reduce_reference(
+                &v.iter().map(Vec::as_slice).collect::<Vec<_>>(),
+                ReduceOp::Sum,
+            )
+        };
+        let out = g.execute(len, s).unwrap();
+        for (i, (sum_of, from)) in out.iter().enumerate() {
+            let q = here.start + i;
+            same_long(
+                "mixed sum a",
+                q,
+                &sum_of.0.to_vec(),
+                &sum(&|v| v.0.to_vec()),
+            );
+            same_long("mixed sum p", q, &sum_of.1 .0, &sum(&|v| v.1 .0.clone()));
+            same_long(
+                "mixed sum b",
+                q,
+                &sum_of.2.to_vec(),
+                &sum(&|v| v.2.to_vec()),
+            );
+            same_long("mixed bcast a", q, &from.0.to_vec(), &all[1].0.to_vec());
+            same_long("mixed bcast p", q, &from.1 .0, &all[1].1 .0);
+            same_long("mixed bcast b", q, &from.2.to_vec(), &all[1].2.to_vec());
         }
     }
     g.teardown().unwrap();
@@ -602,6 +691,7 @@ fn collectives(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
         here.clone().collect::<Vec<_>>()
     );
     large(mpi, here.clone(), size);
+    mixed(mpi, here.clone(), size);
 
     // Pipelining: four executions in flight, their stages in submission order everywhere.
     let options = LaunchOptions::default().max_in_flight(4);
