@@ -1,8 +1,10 @@
 //! A group's endpoint under MPI: a fused stage in three steps.
 //!
 //! 1. Every rank of this process but the leader (its first rank) posts its header and
-//!    its packed regions in the process's shared memory (`Node::posts`); the leader reads
-//!    its own regions in place. They meet at a barrier.
+//!    its inputs in the process's shared memory (`Node::posts`): a region of large values
+//!    straight from the values (the stage lends them: `reads_in_place`), sparing the
+//!    pack, others packed first and posted in one copy. The leader packs its own and
+//!    reads them in place. They meet at a barrier.
 //! 2. The leader agrees with the other processes' leaders in one round, through their
 //!    mailboxes in shared memory when every process is on this machine (`super::shm`), by
 //!    point-to-point messages otherwise: each sends every other a fixed record (failed?,
@@ -48,7 +50,7 @@ use super::{GroupLayout, SendComm, World};
 use crate::comm::reduce::fold_into;
 use crate::comm::{
     agree, AbortHandle, Call, Collective, Communicator, Disagreement, Header, RegionMut,
-    SharedBuffers, SlotDesc, StageError, Status,
+    SharedBuffers, SlotData, SlotDesc, StageError, Status,
 };
 use crate::element::{for_each_dtype, with_dtype};
 use crate::sync::Barrier;
@@ -258,12 +260,23 @@ impl Communicator for MpiComm {
             // A broadcast needs the root's values only; the leader reads its own in place.
             let posts_data = self.local != 0
                 && !matches!(collective, Collective::Broadcast { root } if root != self.rank);
-            for r in regions.iter_mut().filter(|_| posts_data) {
-                let dtype = r.dtype();
-                let src = region_bytes(r);
-                post.data[dtype.index()]
-                    .bytes_mut(src.len())
-                    .copy_from_slice(src);
+            // The leader reads its inputs from its regions (so may MPI); the others post
+            // theirs, large lent values straight from where they are.
+            let reads_regions = self.local == 0 || posts_data;
+            for r in regions.iter_mut().filter(|_| reads_regions) {
+                let d = r.dtype();
+                let region = region_bytes(r);
+                if posts_data && posts_in_place(header, d) {
+                    let dst = post.data[d.index()].bytes_mut(region.len());
+                    gather_input(header, d, region, dst);
+                    continue;
+                }
+                pack_lent(header, d, region);
+                if posts_data {
+                    post.data[d.index()]
+                        .bytes_mut(region.len())
+                        .copy_from_slice(region);
+                }
             }
         }
         node.barrier.wait().map_err(|_| StageError::Aborted)?;
@@ -344,6 +357,12 @@ impl Communicator for MpiComm {
 
     fn lends_results(&self) -> bool {
         self.local == 0
+    }
+
+    /// A rank other than the leader copies its large values straight into its post,
+    /// sparing the pack; everything else is packed here, as the stage would have.
+    fn reads_in_place(&self) -> bool {
+        true
     }
 
     fn exchange_results(&mut self, buffers: &mut SharedBuffers) -> Result<(), StageError> {
@@ -440,6 +459,71 @@ fn copy_out(
                     let (to, from) = (at / size * es, (at + rank * chunk) * es);
                     dst[to..to + chunk * es].copy_from_slice(&result[from..from + chunk * es]);
                 }
+            }
+        }
+    }
+}
+
+/// The bytes from which a value lent in place is copied straight into a post; smaller
+/// ones are packed into the rank's regions first and posted in one copy. The post's lines
+/// were last read by the leader's core: a small copy's stores each wait for a line to
+/// move over, where a large copy's full-line stores (memcpy's `rep movsb` path) do not.
+const POST_IN_PLACE: usize = 8 << 10;
+
+/// The elements slot entry `s` lent, as bytes, if it lent elements of `d`.
+fn lent_bytes<'a>(s: &SlotData<'a>, d: DType) -> Option<&'a [u8]> {
+    with_dtype!(d, E => s.lent::<E>().map(bytemuck::cast_slice::<E, u8>))
+}
+
+/// Each slot of dtype `d` of `header`: its index, and its bytes' place in that region.
+fn slot_bytes<'h>(
+    header: &'h Header<'_>,
+    d: DType,
+) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + 'h {
+    let mut at = 0usize;
+    header
+        .slots
+        .iter()
+        .enumerate()
+        .filter(move |(_, s)| s.dtype == d)
+        .map_while(move |(k, s)| {
+            let end = at.checked_add(s.len.checked_mul(d.size())?)?;
+            Some((k, std::mem::replace(&mut at, end)..end))
+        })
+}
+
+/// Whether every value of dtype `d` that `header` says was lent is large enough to be
+/// copied straight into the post ([`POST_IN_PLACE`]).
+fn posts_in_place(header: &Header<'_>, d: DType) -> bool {
+    let lent = |&(k, _): &(usize, std::ops::Range<usize>)| {
+        header.data.get(k).is_some_and(|s| !s.is_packed())
+    };
+    let mut lent = slot_bytes(header, d).filter(lent).peekable();
+    lent.peek().is_some() && lent.all(|(_, place)| place.len() >= POST_IN_PLACE)
+}
+
+/// A rank's input of dtype `d` into `dst`, as long as its `region`: each value from the
+/// elements it lent, or from its place in the region where it was packed (see
+/// [`Communicator::reads_in_place`]).
+fn gather_input(header: &Header<'_>, d: DType, region: &[u8], dst: &mut [u8]) {
+    for (k, place) in slot_bytes(header, d) {
+        let lent = header.data.get(k).and_then(|s| lent_bytes(s, d));
+        let src = lent.filter(|l| l.len() == place.len());
+        let (Some(src), Some(out)) = (src.or(region.get(place.clone())), dst.get_mut(place)) else {
+            return;
+        };
+        out.copy_from_slice(src);
+    }
+}
+
+/// Copies the values of dtype `d` that were lent into their places in `region`, which
+/// then holds the rank's whole input, as if the stage had packed them.
+fn pack_lent(header: &Header<'_>, d: DType, region: &mut [u8]) {
+    for (k, place) in slot_bytes(header, d) {
+        let lent = header.data.get(k).and_then(|s| lent_bytes(s, d));
+        if let (Some(src), Some(out)) = (lent, region.get_mut(place)) {
+            if src.len() == out.len() {
+                out.copy_from_slice(src);
             }
         }
     }
