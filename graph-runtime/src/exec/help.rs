@@ -39,9 +39,9 @@ pub(super) struct Runner<A, C, S> {
 
 /// What the driver sees of a [`Runner`] (its actor, communicator and step types erased).
 pub(super) trait Help<I, O>: Send + Sync {
-    /// Runs the oldest step queued in `slot` on the calling thread and returns its result,
-    /// or `None` if the actor's own thread holds the runner now.
-    fn try_run(&self, slot: &Slot<I, O>) -> Option<Result<O, Error>>;
+    /// Runs the oldest step queued in `slot` on the calling thread and returns its index
+    /// and result, or `None` if the actor's own thread holds the runner now.
+    fn try_run(&self, slot: &Slot<I, O>) -> Option<(u64, Result<O, Error>)>;
 }
 
 /// A [`Runner`] shared by its actor's thread and the driver.
@@ -64,8 +64,8 @@ impl<A: 'static, C: Communicator, S> Helped<A, C, S> {
     }
 
     /// Runs the oldest step queued in `slot` on this thread, waiting for the runner if
-    /// the driver holds it.
-    pub(super) fn run<I, O>(&self, slot: &Slot<I, O>) -> Result<O, Error>
+    /// the driver holds it: its index and result.
+    pub(super) fn run<I, O>(&self, slot: &Slot<I, O>) -> (u64, Result<O, Error>)
     where
         S: StepFn<A, C, I, O>,
     {
@@ -82,7 +82,7 @@ where
     I: Send,
     O: Send,
 {
-    fn try_run(&self, slot: &Slot<I, O>) -> Option<Result<O, Error>> {
+    fn try_run(&self, slot: &Slot<I, O>) -> Option<(u64, Result<O, Error>)> {
         let mut runner = match self.runner.try_lock() {
             Ok(runner) => runner,
             // A panic on a thread that ran a step left the state as a failed step leaves
@@ -94,15 +94,32 @@ where
     }
 }
 
-/// Pops the oldest input of `slot` and runs the step on it.
+/// Takes the input of the next step of `slot` and runs the step on it: the step's index
+/// and result.
 fn step_once<A: 'static, C: Communicator, S, I, O>(
     runner: Option<&mut Runner<A, C, S>>,
     slot: &Slot<I, O>,
+) -> (u64, Result<O, Error>)
+where
+    S: StepFn<A, C, I, O>,
+{
+    let index = slot.next_step();
+    (index, run_step(runner, slot, index))
+}
+
+fn run_step<A: 'static, C: Communicator, S, I, O>(
+    runner: Option<&mut Runner<A, C, S>>,
+    slot: &Slot<I, O>,
+    index: u64,
 ) -> Result<O, Error>
 where
     S: StepFn<A, C, I, O>,
 {
-    let input = lock(&slot.inbox.input).pop_front();
+    // SAFETY: the protocol of `exec::Slot`. The caller holds the runner's lock, as every
+    // thread that runs this actor's steps does: its own thread after the `go` advance that
+    // the driver made after putting the input (acquire, in its wait), or the driver, which
+    // put it itself. The driver puts into this cell again only after collecting this step.
+    let input = unsafe { slot.inbox.inputs.take(index) };
     let Some(Runner {
         actor,
         rank,

@@ -33,7 +33,6 @@ pub use pipeline::{LaunchOptions, Pipeline, Ticket};
 pub use rank::Ctx;
 
 use std::any::Any;
-use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicU8;
@@ -45,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use crate::comm::{AbortHandle, Backend, Communicator, RankState};
 use crate::sync::prims::AtomicBool;
-use crate::sync::Epoch;
+use crate::sync::{Cells, Epoch};
 use crate::{BoxError, Error};
 use help::{Help, Helped};
 use wake::WakeSlot;
@@ -107,6 +106,8 @@ pub struct Group<A, I, O> {
     held: bool,
     /// Executions submitted so far.
     submitted: u64,
+    /// The most executions in flight (`max_in_flight`): the cells of each actor's handoff.
+    depth: u64,
     /// The ranks of this process's actors in the whole group (all of them, unless the
     /// group spans processes), and the group's size.
     ranks: (std::ops::Range<usize>, usize),
@@ -158,10 +159,21 @@ pub(crate) const IN_COLLECTIVE: u8 = 1;
 pub(crate) const ON_EDGE: u8 = 2;
 
 /// An actor's handoff with the driver, in two halves, each on cache lines of its own: what
-/// the driver writes and the actor reads, and the other way round. Mixed on shared lines,
-/// each side's writes would take from the other the lines it is about to read (the
-/// driver's `go` and input, the actor's `done` and output), and every handoff would move
-/// more lines between the cores.
+/// the driver writes and the actor reads (`go`, the inputs), and the other way round
+/// (`done`, the outputs). Mixed on shared lines, or behind a lock that both sides write,
+/// each side's writes would take from the other the lines it is about to read, and every
+/// handoff would move more lines between the cores.
+///
+/// Execution `e` (counted from 0 in submission order) has its input and its output in the
+/// cells of `e` (see [`Cells`]; `max_in_flight` cells each, allocated at launch). Each cell
+/// has one access at a time, by this protocol:
+/// - the driver puts input `e` before the `go` advance that starts step `e` (or runs the
+///   step itself, see [`help`]), and only once it has collected execution `e - depth`,
+///   whose step took the cell's last input before its `done` advance;
+/// - step `e` runs once every earlier step has published (`e` is the `done` count then),
+///   takes its input, and puts its output before its `done` advance;
+/// - the driver takes output `e` after that advance, and submits execution `e + depth`,
+///   whose step puts into that cell again, only after.
 struct Slot<I, O> {
     inbox: Inbox<I>,
     outbox: Outbox<O>,
@@ -171,9 +183,7 @@ struct Slot<I, O> {
 #[repr(align(128))]
 struct Inbox<I> {
     go: Epoch,
-    /// Inputs handed over and not yet started, oldest first; at most the graph's
-    /// `max_in_flight` (its capacity, allocated at launch).
-    input: Mutex<VecDeque<I>>,
+    inputs: Cells<I>,
 }
 
 /// Written by the actor, read by the driver.
@@ -181,8 +191,29 @@ struct Inbox<I> {
 struct Outbox<O> {
     done: Epoch,
     exited: AtomicBool,
-    /// Outputs of finished steps not yet collected, oldest first; as bounded.
-    output: Mutex<VecDeque<Result<O, Error>>>,
+    outputs: Cells<Result<O, Error>>,
+}
+
+impl<I, O> Slot<I, O> {
+    fn new(depth: usize) -> Self {
+        Self {
+            inbox: Inbox {
+                go: Epoch::new(),
+                inputs: Cells::new(depth),
+            },
+            outbox: Outbox {
+                done: Epoch::new(),
+                exited: AtomicBool::new(false),
+                outputs: Cells::new(depth),
+            },
+        }
+    }
+
+    /// The index of the step about to run: the number of steps published so far (called
+    /// by whoever runs the actor's steps, which publishes them).
+    fn next_step(&self) -> u64 {
+        self.outbox.done.current()
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -229,19 +260,7 @@ where
             )));
         }
         let shared = Arc::new(Shared {
-            slots: (0..actors.len())
-                .map(|_| Slot {
-                    inbox: Inbox {
-                        go: Epoch::new(),
-                        input: Mutex::new(VecDeque::with_capacity(depth)),
-                    },
-                    outbox: Outbox {
-                        done: Epoch::new(),
-                        exited: AtomicBool::new(false),
-                        output: Mutex::new(VecDeque::with_capacity(depth)),
-                    },
-                })
-                .collect(),
+            slots: (0..actors.len()).map(|_| Slot::new(depth)).collect(),
             activity: (0..actors.len()).map(|_| Activity::default()).collect(),
             shutdown: AtomicBool::new(false),
             exits: Epoch::new(),
@@ -259,6 +278,7 @@ where
             helper: None,
             held: false,
             submitted: 0,
+            depth: depth as u64,
             ranks: (
                 comms[0].rank()..comms[0].rank() + comms.len(),
                 comms[0].size(),
@@ -438,8 +458,9 @@ where
     }
 
     fn submit_holding(&mut self, input: I::Whole, hold: bool) {
+        let execution = self.submitted;
         self.submitted += 1;
-        let slots = &self.shared.slots;
+        let (slots, depth, collected) = (&self.shared.slots, self.depth, &self.done_seen);
         // Each actor starts as soon as it has its input; every actor starts, even one that
         // got none (it then fails its step, and its peers learn it). A held first actor is
         // left for `run_held`, which runs after every other actor has its input.
@@ -452,12 +473,30 @@ where
             }
             started = started.max(rank + 1);
         };
+        let mut overfull = false;
         I::deal(input, slots.len(), |rank, value| {
-            lock(&slots[rank].inbox.input).push_back(value);
+            if execution - collected[rank] < depth {
+                // SAFETY: the protocol of `Slot`: this thread, the driver (it owns the group,
+                // `&mut self`), collected execution `execution - depth` of this rank (just
+                // checked), whose step took the cell's last input before its `done` advance,
+                // which the collect saw; the step of this execution takes it only after the
+                // `go` advance below, or on this thread (a held step).
+                unsafe { slots[rank].inbox.inputs.put(execution, value) };
+            } else {
+                overfull = true;
+            }
             start_through(rank);
         });
         start_through(slots.len() - 1);
         self.held = hold;
+        if overfull {
+            // More executions than `max_in_flight` in flight: the driver's `Pipeline` rules
+            // it out; a caller of this hidden API may not. An actor without its input fails
+            // its step (its peers learn it), and the group cannot run any more.
+            self.break_with(
+                "internal error: more executions submitted than `max_in_flight`".into(),
+            );
+        }
     }
 
     /// The name of the group.
@@ -485,7 +524,9 @@ where
         let ran = helper.try_run(slot);
         std::mem::forget(guard);
         match ran {
-            Some(result) => publish(&self.shared, slot, result),
+            // SAFETY: this thread ran the step, with every earlier step of this actor
+            // collected (`submit_holding_first`): the actor's thread runs none now.
+            Some((step, result)) => unsafe { publish(&self.shared, slot, step, result) },
             None => slot.inbox.go.advance(),
         }
     }
@@ -519,10 +560,11 @@ where
         let mut first_error: Option<Error> = None;
         for rank in 0..self.len() {
             let slot = &self.shared.slots[rank];
+            let execution = self.done_seen[rank];
             match slot
                 .outbox
                 .done
-                .wait_past(self.done_seen[rank], deadline.map(|d| d.at))
+                .wait_past(execution, deadline.map(|d| d.at))
             {
                 // One step per collect: a later execution may be done too.
                 Ok(_) => self.done_seen[rank] += 1,
@@ -530,7 +572,12 @@ where
                     return Err(self.time_out(rank, deadline.map_or(Duration::ZERO, |d| d.timeout)))
                 }
             }
-            let result = lock(&slot.outbox.output).pop_front().unwrap_or_else(|| {
+            // SAFETY: the protocol of `Slot`: step `execution` put its output before the
+            // `done` advance that the wait above saw (acquire), or its thread ended (then
+            // it touches no cell again); the step that puts into this cell next is that of
+            // execution `execution + depth`, which this thread, the driver (it owns the
+            // group, `&mut self`), submits only after this collect.
+            let result = unsafe { slot.outbox.outputs.take(execution) }.unwrap_or_else(|| {
                 Err(Error::ActorLost {
                     group: self.name,
                     rank,
@@ -801,12 +848,19 @@ fn actor_loop<A, C: Communicator, I, O>(
             return Returned { actor, poisoned };
         }
         started += 1;
-        let input = lock(&slot.inbox.input).pop_front();
+        // This actor's steps run on this thread only (the driver helps only actors with a
+        // `Helped` runner, which run `helped_loop`).
+        let step_index = slot.next_step();
+        // SAFETY: the protocol of `Slot`: the driver put this step's input before the `go`
+        // advance that the wait above saw (acquire), and puts into this cell again only
+        // after collecting this step, after its `done` advance.
+        let input = unsafe { slot.inbox.inputs.take(step_index) };
         let result = match input {
             Some(input) => ctx.execute(&mut actor, step, &input),
             None => ctx.fail("it was started without an input"),
         };
-        publish(shared, slot, result);
+        // SAFETY: this thread ran step `step_index`.
+        unsafe { publish(shared, slot, step_index, result) };
     }
 }
 
@@ -839,14 +893,29 @@ where
             return Returned { actor, poisoned };
         }
         started += 1;
-        let result = helped.run(slot);
-        publish(shared, slot, result);
+        let (step, result) = helped.run(slot);
+        // SAFETY: this thread ran step `step`.
+        unsafe { publish(shared, slot, step, result) };
     }
 }
 
-/// Hands a step's result to the driver: its output, the `done` advance, the async waker.
-fn publish<A, I, O>(shared: &Shared<A, I, O>, slot: &Slot<I, O>, result: Result<O, Error>) {
-    lock(&slot.outbox.output).push_back(result);
+/// Hands the result of step `step` to the driver: its output, the `done` advance, the
+/// async waker.
+///
+/// # Safety
+///
+/// Called by whoever ran the step, right after it (see [`Slot`]).
+unsafe fn publish<A, I, O>(
+    shared: &Shared<A, I, O>,
+    slot: &Slot<I, O>,
+    step: u64,
+    result: Result<O, Error>,
+) {
+    // SAFETY: the protocol of `Slot`: the driver took the cell's last output when it
+    // collected execution `step - depth`, before it submitted this one, so before the `go`
+    // advance that started this step (or on this thread, for a step the driver ran); it
+    // takes this output only after the `done` advance below.
+    unsafe { slot.outbox.outputs.put(step, result) };
     slot.outbox.done.advance();
     shared.waker.wake();
 }

@@ -9,7 +9,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::atomic::Ordering::Relaxed;
 use loom::thread;
 
-use super::{Barrier, Epoch};
+use super::{Barrier, Cells, Epoch};
 
 #[test]
 fn loom_handoff_carries_data_both_ways() {
@@ -36,6 +36,63 @@ fn loom_handoff_carries_data_both_ways() {
         done.wait_past(0, None).unwrap();
         // SAFETY: a live cell, which the actor no longer touches after `done`.
         assert_eq!(cell.with(|p| unsafe { *p }), 42);
+        actor.join().unwrap();
+    });
+}
+
+/// The driver <-> actor handoff as `exec::Slot` runs it: execution `e`'s input and output
+/// in the cells of `e`, one cell each way (one execution in flight), two executions; the
+/// step finds its index in the `done` count. Loom checks every access to the cells
+/// against the epochs' ordering.
+#[test]
+fn loom_cells_carry_each_execution_in_its_turn() {
+    loom::model(|| {
+        struct Handoff {
+            go: Epoch,
+            done: Epoch,
+            inputs: Cells<u32>,
+            outputs: Cells<u32>,
+        }
+        let h = Arc::new(Handoff {
+            go: Epoch::new(),
+            done: Epoch::new(),
+            inputs: Cells::new(1),
+            outputs: Cells::new(1),
+        });
+        let actor = {
+            let h = h.clone();
+            thread::spawn(move || {
+                for started in 0..2 {
+                    h.go.wait_past(started, None).unwrap();
+                    let step = h.done.current();
+                    // SAFETY: the driver put this input before the `go` advance just seen,
+                    // and puts into the cell again only after collecting this step.
+                    let input = unsafe { h.inputs.take(step) }.unwrap();
+                    // SAFETY: the driver took the cell's last output before it submitted
+                    // this step, and takes this one only after the `done` advance.
+                    unsafe { h.outputs.put(step, input * 10) };
+                    h.done.advance();
+                }
+            })
+        };
+        let mut collected = Vec::new();
+        for execution in 0..2u64 {
+            if execution == 1 {
+                // The cell is free once execution 0 is collected.
+                h.done.wait_past(0, None).unwrap();
+                // SAFETY: put before the `done` advance just seen.
+                collected.extend(unsafe { h.outputs.take(0) });
+            }
+            // SAFETY: the step that took this cell's last input published it first.
+            unsafe { h.inputs.put(execution, execution as u32 + 1) };
+            h.go.advance();
+        }
+        while h.done.current() < 2 {
+            h.done.wait_past(1, None).unwrap();
+        }
+        // SAFETY: put before the `done` advance just seen.
+        collected.extend(unsafe { h.outputs.take(1) });
+        assert_eq!(collected, vec![10, 20]);
         actor.join().unwrap();
     });
 }

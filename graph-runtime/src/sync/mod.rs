@@ -5,8 +5,10 @@
 //! 70 µs, so waiters spin briefly before they park; under oversubscription they yield and
 //! then park instead of burning a core another actor needs.
 
+mod cells;
 mod epoch;
 
+pub(crate) use cells::Cells;
 pub(crate) use epoch::{actor_ended, actor_started, briefly, Barrier, Epoch, Interrupted};
 
 #[cfg(loom)]
