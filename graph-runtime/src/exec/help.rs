@@ -103,23 +103,20 @@ fn step_once<A: 'static, C: Communicator, S, I, O>(
 where
     S: StepFn<A, C, I, O>,
 {
-    let index = slot.next_step();
-    (index, run_step(runner, slot, index))
+    // SAFETY: the caller holds the runner's lock, as every thread that runs this actor's
+    // steps does: its own thread after the `go` advance that starts the step, or the
+    // driver for a step it left for itself.
+    let (index, input) = unsafe { slot.next_input() };
+    (index, run_step(runner, input))
 }
 
 fn run_step<A: 'static, C: Communicator, S, I, O>(
     runner: Option<&mut Runner<A, C, S>>,
-    slot: &Slot<I, O>,
-    index: u64,
+    input: Option<I>,
 ) -> Result<O, Error>
 where
     S: StepFn<A, C, I, O>,
 {
-    // SAFETY: the protocol of `exec::Slot`. The caller holds the runner's lock, as every
-    // thread that runs this actor's steps does: its own thread after the `go` advance that
-    // the driver made after putting the input (acquire, in its wait), or the driver, which
-    // put it itself. The driver puts into this cell again only after collecting this step.
-    let input = unsafe { slot.inbox.inputs.take(index) };
     let Some(Runner {
         actor,
         rank,

@@ -209,10 +209,23 @@ impl<I, O> Slot<I, O> {
         }
     }
 
-    /// The index of the step about to run: the number of steps published so far (called
-    /// by whoever runs the actor's steps, which publishes them).
-    fn next_step(&self) -> u64 {
-        self.outbox.done.current()
+    /// The index of the step about to run (the number of steps published so far) and its
+    /// input.
+    ///
+    /// # Safety
+    ///
+    /// Called by whoever runs the actor's steps (see [`Slot`]): its own thread after the
+    /// `go` advance that starts the step, or the driver for a step it runs itself, one at
+    /// a time (the driver runs a step only under the runner's lock, which the actor's
+    /// thread holds for each of its steps, or only for actors without a thread of their
+    /// own to run it).
+    unsafe fn next_input(&self) -> (u64, Option<I>) {
+        let index = self.outbox.done.current();
+        // SAFETY: the protocol of `Slot`: the driver put this step's input before the `go`
+        // advance that the caller's wait saw (acquire), or on the caller's own thread, and
+        // puts into this cell again only after collecting this step, after its `done`
+        // advance; no other thread runs a step meanwhile (the caller's contract).
+        (index, unsafe { self.inbox.inputs.take(index) })
     }
 }
 
@@ -848,13 +861,9 @@ fn actor_loop<A, C: Communicator, I, O>(
             return Returned { actor, poisoned };
         }
         started += 1;
-        // This actor's steps run on this thread only (the driver helps only actors with a
-        // `Helped` runner, which run `helped_loop`).
-        let step_index = slot.next_step();
-        // SAFETY: the protocol of `Slot`: the driver put this step's input before the `go`
-        // advance that the wait above saw (acquire), and puts into this cell again only
-        // after collecting this step, after its `done` advance.
-        let input = unsafe { slot.inbox.inputs.take(step_index) };
+        // SAFETY: this actor's steps run on this thread only (the driver helps only actors
+        // with a `Helped` runner, which run `helped_loop`), after the `go` advance above.
+        let (step_index, input) = unsafe { slot.next_input() };
         let result = match input {
             Some(input) => ctx.execute(&mut actor, step, &input),
             None => ctx.fail("it was started without an input"),
