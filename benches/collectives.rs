@@ -407,7 +407,61 @@ fn vs_mpi(c: &mut Criterion) {
     group.finish();
 }
 
+/// The CPU communicator alone, without a graph: `n` threads, each with its rank's endpoint,
+/// run allreduces of one 4-byte value back to back (one barrier each: an eager stage), as
+/// MPI ranks run `MPI_Allreduce`. The time is rank 0's, per stage.
+fn stage_alone(c: &mut Criterion) {
+    use actorgraph::comm::{Collective, Header, SlotData, SlotDesc, Status};
+    use actorgraph::{Backend, Communicator, DType, Element};
+    use std::time::Instant;
+
+    /// Runs `iters` allreduces of one f32 on `comm`.
+    fn run(comm: &mut actorgraph::comm::CpuComm, iters: u64) {
+        let mut data = [comm.rank() as f32];
+        let slots = [SlotDesc::flat(DType::F32, 1)];
+        for _ in 0..iters {
+            let input = data;
+            let input_data = [SlotData::new(&input[..])];
+            let header = Header {
+                status: Status::Ok,
+                slots: &slots,
+                dims: &[],
+                data: &input_data,
+            };
+            let mut regions = [f32::region_mut(&mut data)];
+            let sum = Collective::AllReduce(ReduceOp::Sum);
+            comm.stage(&header, sum, &mut regions, &mut []).unwrap();
+        }
+    }
+
+    let mut group = c.benchmark_group("stage alone");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    for n in [2usize, 4] {
+        group.bench_function(BenchmarkId::new(format!("{n} ranks"), 4), |b| {
+            b.iter_custom(|iters| {
+                let mut comms = Cpu.communicators(n).unwrap();
+                let mut first = comms.remove(0);
+                let peers: Vec<_> = comms
+                    .into_iter()
+                    .map(|mut comm| std::thread::spawn(move || run(&mut comm, iters)))
+                    .collect();
+                let start = Instant::now();
+                run(&mut first, iters);
+                let elapsed = start.elapsed();
+                for p in peers {
+                    p.join().unwrap();
+                }
+                elapsed
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(benches, bucket8, fusion, bandwidth);
 criterion_group!(scale, scaling);
-criterion_group!(mpi, vs_mpi);
+criterion_group!(mpi, vs_mpi, stage_alone);
 criterion_main!(benches, scale, mpi);

@@ -279,7 +279,9 @@ impl Communicator for MpiComm {
                 }
             }
         }
-        node.barrier.wait().map_err(|_| StageError::Aborted)?;
+        node.barrier
+            .wait(self.local)
+            .map_err(|_| StageError::Aborted)?;
         let lend = self.shares_results(collective, header);
         let mut in_place = false;
         if self.local == 0 {
@@ -290,7 +292,9 @@ impl Communicator for MpiComm {
                 .unwrap_or_else(PoisonError::into_inner)
                 .outcome = outcome;
         }
-        node.barrier.wait().map_err(|_| StageError::Aborted)?;
+        node.barrier
+            .wait(self.local)
+            .map_err(|_| StageError::Aborted)?;
         let shared = node.shared.read().unwrap_or_else(PoisonError::into_inner);
         match &shared.outcome {
             Outcome::Ok => {}
@@ -373,7 +377,9 @@ impl Communicator for MpiComm {
         }
         // Each rank takes its entry before the next stage's first barrier, which the
         // leader passes before it fills the entries again.
-        node.barrier.wait().map_err(|_| StageError::Aborted)?;
+        node.barrier
+            .wait(self.local)
+            .map_err(|_| StageError::Aborted)?;
         if self.local != 0 {
             *buffers = std::mem::take(&mut lock(&node.lent)[self.local]);
             if buffers.iter().all(Option::is_none) {

@@ -8,8 +8,8 @@
 //! its stream nor adds a collective, so the payload queues behind the methods' kernels at
 //! once.
 //!
-//! Each rank has two posts, for even and odd barrier rounds (the barrier's generation, the
-//! same count on every rank): a rank writes a post again for round r + 2 at the earliest,
+//! Each rank has two posts, for even and odd barrier rounds (the rank's count of its
+//! barrier waits, the same on every rank for the waits that pass together): a rank writes a post again for round r + 2 at the earliest,
 //! after the barrier of round r + 1, which every peer reaches only once done reading the
 //! post of round r. Posts are copies behind read-write locks (so a writer never meets a
 //! reader in that scheme, and readers share), and each says which round and which call it
@@ -135,9 +135,9 @@ impl Board {
         fill: impl FnOnce(&mut Post),
         decide: impl FnOnce(&[&Post]) -> Result<R, StageError>,
     ) -> Result<R, StageError> {
-        // The barrier's generation cannot move before we arrive: it is the round that the
-        // wait below completes, the same on every rank that passes it.
-        let round = self.barrier.generation();
+        // Our count of arrivals moves only when we arrive: it is the round that the wait
+        // below completes, the same on every rank that passes it.
+        let round = self.barrier.generation(rank);
         let parity = (round & 1) as usize;
         {
             let mut mine = self.posts[rank][parity]
@@ -147,7 +147,7 @@ impl Board {
             mine.call = Some(call);
             fill(&mut mine);
         }
-        self.barrier.wait().map_err(|_| StageError::Aborted)?;
+        self.barrier.wait(rank).map_err(|_| StageError::Aborted)?;
         #[cfg(feature = "mpi")]
         if let Some(across) = &self.across {
             if rank == 0 {
@@ -158,7 +158,7 @@ impl Board {
                     return Err(StageError::Aborted);
                 }
             }
-            self.barrier.wait().map_err(|_| StageError::Aborted)?;
+            self.barrier.wait(rank).map_err(|_| StageError::Aborted)?;
             let decided = across.decided();
             let posts: Vec<&Post> = decided.posts.iter().collect();
             return Self::decide(round, call, &posts, decide);
@@ -340,7 +340,7 @@ mod tests {
                 board.agree(0, &header, SUM)
             })
         };
-        board.barrier.until_parked(1);
+        board.barrier.until_parked(1, 1);
         board.abort();
         assert!(matches!(waiting.join().unwrap(), Err(StageError::Aborted)));
         let header = Header {

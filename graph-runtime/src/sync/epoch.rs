@@ -3,7 +3,9 @@ use std::sync::atomic::Ordering::Release;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed};
 use std::time::Instant;
 
-use super::prims::{spin_loop, yield_now, AtomicU64, AtomicUsize, Condvar, Mutex};
+#[cfg(all(test, not(loom)))]
+use super::prims::AtomicUsize;
+use super::prims::{spin_loop, yield_now, AtomicU64, Condvar, Mutex};
 
 /// How a waiter waits before it parks: it spins only while every awake actor thread and
 /// the driver can have a core of its own (a spin round trip is ~0.2 µs), and otherwise
@@ -236,12 +238,6 @@ impl Epoch {
     /// visible to whoever sees the new value).
     pub(crate) fn advance(&self) {
         self.cpu.store(budget::current_cpu(), Relaxed);
-        self.bump();
-    }
-
-    /// [`advance`](Self::advance) without noting the CPU: for a barrier, whose last party
-    /// to arrive, which advances it, says nothing about who the next waiters wait for.
-    fn bump(&self) {
         let old = self.state.fetch_add(ONE, AcqRel);
         if old & SLEEPERS != 0 {
             self.wake_sleepers();
@@ -251,7 +247,8 @@ impl Epoch {
     /// [`advance`](Self::advance), unless the epoch is aborted: then nothing moves. So every
     /// waiter on the current value sees either the advance or the abort, never the abort
     /// first and then the advance.
-    pub(crate) fn advance_unless_aborted(&self) -> Result<(), Interrupted> {
+    pub(crate) fn arrive(&self) -> Result<(), Interrupted> {
+        self.cpu.store(budget::current_cpu(), Relaxed);
         let mut state = self.state.load(Relaxed);
         loop {
             if state & ABORTED != 0 {
@@ -429,76 +426,109 @@ fn wait_timeout<'a>(
     cv.wait(guard).unwrap_or_else(|e| e.into_inner())
 }
 
-/// A reusable barrier for a fixed number of threads, spinning then parking, that can be
-/// aborted: every current and future wait then fails.
-pub(crate) struct Barrier {
-    parties: usize,
-    arrived: AtomicUsize,
-    epoch: Epoch,
+/// A reusable barrier for a fixed number of parties, spinning then parking, that can be
+/// aborted: every current and future wait then fails. Each party may post a `T` for each
+/// round, which its peers read after the round's wait (see [`post`](Self::post)).
+///
+/// Each party counts its own arrivals on a line of its own, with its posts right after it,
+/// and a party passes once every peer's count has reached its own. A party's arrival is
+/// one read-modify-write of a line only it writes, and a waiter reads it once it has
+/// changed: between two cores, one cache-line transfer each way. A shared counter takes a
+/// read-modify-write of the same line by every party, then a second line for the opening
+/// (issue 16: a 2-rank eager allreduce of 4 B spent most of its time there).
+pub(crate) struct Barrier<T = ()> {
+    slots: Box<[Slot<T>]>,
 }
 
-impl Barrier {
+/// A party's arrivals, and its posts for even and odd rounds.
+#[repr(C, align(128))]
+struct Slot<T> {
+    arrivals: Epoch,
+    posts: [T; 2],
+}
+
+impl<T: Default> Barrier<T> {
     pub(crate) fn new(parties: usize) -> Self {
+        let slot = || Slot {
+            arrivals: Epoch::new(),
+            posts: [T::default(), T::default()],
+        };
         Self {
-            parties,
-            arrived: AtomicUsize::new(0),
-            epoch: Epoch::new(),
+            slots: (0..parties).map(|_| slot()).collect(),
         }
     }
+}
 
-    /// Waits until all parties have called `wait`. Everything a party wrote before its call
-    /// is visible to every party after theirs.
+impl<T> Barrier<T> {
+    /// Waits until every party has called `wait` (or [`wait_all`](Self::wait_all)) as often
+    /// as `party` has, this call included. Everything a party wrote before its call is
+    /// visible to every party after theirs.
     ///
-    /// An abort fails the wait of every party alike: either all of them pass (the last one
-    /// arrived before the abort) or none does, so that no party goes on to read what a
-    /// party that gave up no longer keeps.
-    pub(crate) fn wait(&self) -> Result<(), Interrupted> {
-        if self.epoch.is_aborted() {
-            return Err(Interrupted::Aborted);
+    /// An abort fails the wait of every party alike: either all of them pass (every party
+    /// arrived before the abort reached its count) or none does, so that no party goes on
+    /// to read what a party that gave up no longer keeps. A party that arrived sees every
+    /// peer's arrival, aborted or not; a party whose count was aborted first never arrives,
+    /// so nobody passes.
+    pub(crate) fn wait(&self, party: usize) -> Result<(), Interrupted> {
+        let mine = &self.slots[party].arrivals;
+        let round = mine.current();
+        mine.arrive()?;
+        for (q, peer) in self.slots.iter().enumerate() {
+            if q != party {
+                let mut seen = peer.arrivals.current();
+                while seen <= round {
+                    seen = peer.arrivals.wait_past(seen, None)?;
+                }
+            }
         }
-        // The epoch cannot move between this load and our arrival: it moves only once
-        // every party, us included, has arrived.
-        let seen = self.epoch.current();
-        if self.arrived.fetch_add(1, AcqRel) + 1 == self.parties {
-            // Nobody touches `arrived` again before they see the new epoch (after an abort
-            // nobody does: the barrier is done).
-            self.arrived.store(0, Relaxed);
-            self.epoch.advance_unless_aborted()
-        } else {
-            self.epoch.wait_past(seen, None).map(drop)
-        }
+        Ok(())
     }
 
     /// [`wait`](Self::wait), ignoring aborts: for a point every party is bound to reach
     /// (the later barriers of a stage that all parties entered), where a party must not
     /// leave while others may still read what it posted.
-    pub(crate) fn wait_all(&self) {
-        let seen = self.epoch.current();
-        if self.arrived.fetch_add(1, AcqRel) + 1 == self.parties {
-            self.arrived.store(0, Relaxed);
-            self.epoch.bump();
-        } else {
-            self.epoch.wait_past_unabortable(seen);
+    pub(crate) fn wait_all(&self, party: usize) {
+        let mine = &self.slots[party].arrivals;
+        let round = mine.current();
+        mine.advance();
+        for (q, peer) in self.slots.iter().enumerate() {
+            if q != party {
+                let mut seen = peer.arrivals.current();
+                while seen <= round {
+                    seen = peer.arrivals.wait_past_unabortable(seen);
+                }
+            }
         }
     }
 
     /// Fails every current and future wait; the barrier cannot be used again.
     pub(crate) fn abort(&self) {
-        self.epoch.abort();
+        for slot in self.slots.iter() {
+            slot.arrivals.abort();
+        }
     }
 
-    /// How many times the barrier has opened: read by a party before it waits, the same
-    /// number on every party of the generation that wait completes (the count cannot move
-    /// before every party, this one included, has arrived), and a different one for any
-    /// other generation.
-    pub(crate) fn generation(&self) -> u64 {
-        self.epoch.current()
+    /// How many times `party` has arrived: read by a party before it waits, the same
+    /// number on every party for the wait they pass together (the k-th wait of each party
+    /// pairs with the k-th of every other), and a different one for any other.
+    pub(crate) fn generation(&self, party: usize) -> u64 {
+        self.slots[party].arrivals.current()
     }
 
-    /// [`Epoch::until_parked`]: returns once `n` parties are parked in a wait.
+    /// `party`'s post for `round` (and for every round of its parity). A party writes its
+    /// post for round r before its wait of round r; its peers read it after their wait of
+    /// round r and before their wait of round r + 1, which the party must pass before it
+    /// writes the post again (for round r + 2). How the writes and reads are made safe is
+    /// `T`'s: the barrier only orders them.
+    pub(crate) fn post(&self, party: usize, round: u64) -> &T {
+        &self.slots[party].posts[(round & 1) as usize]
+    }
+
+    /// [`Epoch::until_parked`]: returns once `n` parties are parked in a wait for
+    /// `party`'s arrival.
     #[cfg(all(test, not(loom)))]
-    pub(crate) fn until_parked(&self, n: usize) {
-        self.epoch.until_parked(n);
+    pub(crate) fn until_parked(&self, party: usize, n: usize) {
+        self.slots[party].arrivals.until_parked(n);
     }
 }
 
@@ -515,18 +545,18 @@ mod tests {
         // Under Miri a round costs about 20 ms: a few rounds check the memory accesses, and
         // the loom model of the barrier checks its interleavings.
         const ROUNDS: usize = if cfg!(miri) { 100 } else { 2_000 };
-        let barrier = Arc::new(Barrier::new(N));
+        let barrier = Arc::new(Barrier::<()>::new(N));
         let counter = Arc::new(StdAtomicUsize::new(0));
         let threads: Vec<_> = (0..N)
-            .map(|_| {
+            .map(|me| {
                 let (barrier, counter) = (barrier.clone(), counter.clone());
                 std::thread::spawn(move || {
                     for round in 0..ROUNDS {
                         counter.fetch_add(1, Relaxed);
-                        barrier.wait().unwrap();
+                        barrier.wait(me).unwrap();
                         // Everyone has added for this round and nobody for the next one.
                         assert_eq!(counter.load(Relaxed), N * (round + 1));
-                        barrier.wait().unwrap();
+                        barrier.wait(me).unwrap();
                     }
                 })
             })
@@ -558,18 +588,19 @@ mod tests {
 
     #[test]
     fn abort_releases_a_blocked_barrier() {
-        let barrier = Arc::new(Barrier::new(3));
+        let barrier = Arc::new(Barrier::<()>::new(3));
         let waiters: Vec<_> = (0..2)
-            .map(|_| {
+            .map(|me| {
                 let b = barrier.clone();
-                std::thread::spawn(move || b.wait())
+                std::thread::spawn(move || b.wait(me))
             })
             .collect();
-        barrier.until_parked(2);
+        // Both wait for party 2, which never comes.
+        barrier.until_parked(2, 2);
         barrier.abort();
         for w in waiters {
             assert_eq!(w.join().unwrap(), Err(Interrupted::Aborted));
         }
-        assert_eq!(barrier.wait(), Err(Interrupted::Aborted));
+        assert_eq!(barrier.wait(2), Err(Interrupted::Aborted));
     }
 }

@@ -1,7 +1,7 @@
 //! Model checks of the synchronization, run by `.ci/run` with `RUSTFLAGS="--cfg loom"`:
-//! every interleaving of the driver <-> actor handoff, the barrier, and its abort (the same
-//! outcome for every party). The CPU collective built on them has its own models
-//! (`comm/loom_tests.rs`).
+//! every interleaving of the driver <-> actor handoff, the barrier, its posts (rewritten
+//! only once every peer has read them), and its abort (the same outcome for every party).
+//! The CPU collective built on them has its own models (`comm/loom_tests.rs`).
 
 use std::sync::Arc;
 
@@ -100,7 +100,7 @@ fn loom_cells_carry_each_execution_in_its_turn() {
 #[test]
 fn loom_barrier_orders_writes_before_reads() {
     loom::model(|| {
-        let barrier = Arc::new(Barrier::new(2));
+        let barrier = Arc::new(Barrier::<()>::new(2));
         let data: Arc<[loom::sync::atomic::AtomicUsize; 2]> = Arc::new([
             loom::sync::atomic::AtomicUsize::new(0),
             loom::sync::atomic::AtomicUsize::new(0),
@@ -110,7 +110,7 @@ fn loom_barrier_orders_writes_before_reads() {
                 let (barrier, data) = (barrier.clone(), data.clone());
                 thread::spawn(move || {
                     data[me].store(me + 1, Relaxed);
-                    barrier.wait().unwrap();
+                    barrier.wait(me).unwrap();
                     assert_eq!(data[1 - me].load(Relaxed), 2 - me);
                 })
             })
@@ -124,9 +124,9 @@ fn loom_barrier_orders_writes_before_reads() {
 #[test]
 fn loom_barrier_abort_releases_a_waiter() {
     loom::model(|| {
-        let barrier = Arc::new(Barrier::new(2));
+        let barrier = Arc::new(Barrier::<()>::new(2));
         let b = barrier.clone();
-        let waiter = thread::spawn(move || b.wait());
+        let waiter = thread::spawn(move || b.wait(0));
         barrier.abort();
         assert!(waiter.join().unwrap().is_err());
     });
@@ -135,11 +135,11 @@ fn loom_barrier_abort_releases_a_waiter() {
 #[test]
 fn loom_barrier_abort_gives_every_party_the_same_outcome() {
     loom::model(|| {
-        let barrier = Arc::new(Barrier::new(2));
+        let barrier = Arc::new(Barrier::<()>::new(2));
         let parties: Vec<_> = (0..2)
-            .map(|_| {
+            .map(|me| {
                 let b = barrier.clone();
-                thread::spawn(move || b.wait().is_ok())
+                thread::spawn(move || b.wait(me).is_ok())
             })
             .collect();
         barrier.abort();
@@ -154,7 +154,7 @@ fn loom_barrier_abort_gives_every_party_the_same_outcome() {
 #[test]
 fn loom_wait_all_ignores_an_abort_and_orders_writes() {
     loom::model(|| {
-        let barrier = Arc::new(Barrier::new(2));
+        let barrier = Arc::new(Barrier::<()>::new(2));
         let data: Arc<[loom::sync::atomic::AtomicUsize; 2]> = Arc::new([
             loom::sync::atomic::AtomicUsize::new(0),
             loom::sync::atomic::AtomicUsize::new(0),
@@ -164,12 +164,55 @@ fn loom_wait_all_ignores_an_abort_and_orders_writes() {
                 let (barrier, data) = (barrier.clone(), data.clone());
                 thread::spawn(move || {
                     data[me].store(me + 1, Relaxed);
-                    barrier.wait_all();
+                    barrier.wait_all(me);
                     assert_eq!(data[1 - me].load(Relaxed), 2 - me);
                 })
             })
             .collect();
         barrier.abort();
+        for t in parties {
+            t.join().unwrap();
+        }
+    });
+}
+
+/// A post the model reads and writes through loom's cell, which fails the model on any
+/// access that overlaps a write.
+#[derive(Default)]
+struct Post(UnsafeCell<usize>);
+
+// SAFETY: the model checks that the barrier's rounds order every access (see below).
+unsafe impl Sync for Post {}
+
+#[test]
+fn loom_barrier_posts_are_rewritten_only_after_every_peer_read_them() {
+    // Bounded: three rounds of two parties have too many interleavings to visit them all.
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        // Three rounds: the third writes the posts of the first again.
+        const ROUNDS: usize = 3;
+        let barrier = Arc::new(Barrier::<Post>::new(2));
+        let parties: Vec<_> = (0..2)
+            .map(|me| {
+                let barrier = barrier.clone();
+                thread::spawn(move || {
+                    for round in 0..ROUNDS {
+                        let r = barrier.generation(me);
+                        // SAFETY: checked by the model.
+                        barrier
+                            .post(me, r)
+                            .0
+                            .with_mut(|p| unsafe { *p = 10 * me + round });
+                        barrier.wait(me).unwrap();
+                        let peer = 1 - me;
+                        // SAFETY: checked by the model.
+                        let seen = barrier.post(peer, r).0.with(|p| unsafe { *p });
+                        assert_eq!(seen, 10 * peer + round);
+                    }
+                })
+            })
+            .collect();
         for t in parties {
             t.join().unwrap();
         }
