@@ -31,10 +31,11 @@
 //! `exchange_results` in any order, with any arguments, on any rank. None of it can make a
 //! rank read memory that a peer no longer keeps or is writing:
 //! - Each post is tied to one barrier round (the rank's count of its barrier waits, which
-//!   is the same on every rank for the waits that pass together) and names its call. After the round's barrier, a rank reads every peer's
-//!   round and call from atomics, and dereferences nothing a peer posted unless every rank
-//!   made the same call for this very round. A rank that posted for the round is inside
-//!   the same call, and stays in it until the call's last barrier.
+//!   is the same on every rank for the waits that pass together) and names its call.
+//!   After the round's barrier, a rank reads every peer's round and call from atomics,
+//!   and dereferences nothing a peer posted unless every rank made the same call for this
+//!   very round. A rank that posted for the round is inside the same call, and stays in
+//!   it until the call's last barrier.
 //! - When the calls differ, every rank sees the same posts and returns the same
 //!   [`Disagreement::Calls`]; the ranks no longer pair their calls, so each endpoint is
 //!   broken from then on, and every later call fails at once with the same error: no
