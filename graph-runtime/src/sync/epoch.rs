@@ -473,15 +473,7 @@ impl<T> Barrier<T> {
         let mine = &self.slots[party].arrivals;
         let round = mine.current();
         mine.arrive()?;
-        for (q, peer) in self.slots.iter().enumerate() {
-            if q != party {
-                let mut seen = peer.arrivals.current();
-                while seen <= round {
-                    seen = peer.arrivals.wait_past(seen, None)?;
-                }
-            }
-        }
-        Ok(())
+        self.await_peers(party, round, |peer, seen| peer.wait_past(seen, None))
     }
 
     /// [`wait`](Self::wait), ignoring aborts: for a point every party is bound to reach
@@ -491,14 +483,28 @@ impl<T> Barrier<T> {
         let mine = &self.slots[party].arrivals;
         let round = mine.current();
         mine.advance();
+        // Never interrupted: every wait below ignores aborts and has no deadline.
+        let _ = self.await_peers(party, round, |peer, seen| {
+            Ok(peer.wait_past_unabortable(seen))
+        });
+    }
+
+    /// Waits, with `wait_past`, until every party but `party` has arrived at `round`.
+    fn await_peers(
+        &self,
+        party: usize,
+        round: u64,
+        wait_past: impl Fn(&Epoch, u64) -> Result<u64, Interrupted>,
+    ) -> Result<(), Interrupted> {
         for (q, peer) in self.slots.iter().enumerate() {
             if q != party {
                 let mut seen = peer.arrivals.current();
                 while seen <= round {
-                    seen = peer.arrivals.wait_past_unabortable(seen);
+                    seen = wait_past(&peer.arrivals, seen)?;
                 }
             }
         }
+        Ok(())
     }
 
     /// Fails every current and future wait; the barrier cannot be used again.
