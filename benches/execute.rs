@@ -21,6 +21,15 @@ graph! {
     }
 }
 
+graph! {
+    /// Each actor of `first` hands its echo to the actor of `second` with its rank: one
+    /// edge per pair, crossing between threads.
+    Relay(first: [Echo], second: [Echo], x: Tensor<f32>) {
+        let y = first.echo(x);
+        second.echo(y)
+    }
+}
+
 fn echo(c: &mut Criterion) {
     let mut group = c.benchmark_group("echo");
     group.measurement_time(Duration::from_secs(5));
@@ -31,6 +40,22 @@ fn echo(c: &mut Criterion) {
             let g = graph.get_or_insert_with(|| {
                 EchoGraph::launch((0..n).map(|_| Echo).collect::<Vec<_>>(), Cpu).unwrap()
             });
+            b.iter(|| g.execute(x.clone()).unwrap())
+        });
+    }
+    group.finish();
+}
+
+/// A value over an edge: `first[i]` -> `second[i]`, `n` pairs, against `echo` of as many
+/// actors (the same threads and handoffs, no edge).
+fn relay(c: &mut Criterion) {
+    let mut group = c.benchmark_group("relay");
+    group.measurement_time(Duration::from_secs(5));
+    for pairs in [1usize, 2] {
+        let x = Tensor::full([4], 1.0f32);
+        let echoes = || (0..pairs).map(|_| Echo).collect::<Vec<_>>();
+        let mut g = Relay::launch(echoes(), echoes(), Cpu).unwrap();
+        group.bench_function(format!("{pairs} pairs"), |b| {
             b.iter(|| g.execute(x.clone()).unwrap())
         });
     }
@@ -126,9 +151,9 @@ fn idle_cpu() {
 }
 
 #[cfg(not(feature = "tracing"))]
-criterion_group!(benches, echo, echo_async);
+criterion_group!(benches, echo, relay, echo_async);
 #[cfg(feature = "tracing")]
-criterion_group!(benches, echo, echo_traced, echo_async);
+criterion_group!(benches, echo, relay, echo_traced, echo_async);
 
 fn main() {
     idle_cpu();

@@ -856,9 +856,11 @@ pub trait Communicator: Send + 'static {
     /// Whether, once attached, this endpoint's stages may run on a thread other than the
     /// one [`attach`](Communicator::attach) ran on. If so, and the actors may change
     /// threads (ready values, which are `Send`), the thread that calls `execute` runs the
-    /// first actor's step itself instead of handing it over and waiting for it: one
-    /// thread switch less per execution. The default, `false`, keeps every step on its
-    /// actor's thread (the NCCL backend's endpoints are bound to their thread's GPU).
+    /// first actor's step itself instead of handing it over and waiting for it, and then,
+    /// when the actor threads outnumber the cores, every step that none has started yet:
+    /// one thread switch less per execution, and none at all for steps whose threads are
+    /// not running. The default, `false`, keeps every step on its actor's thread (the NCCL
+    /// backend's endpoints are bound to their thread's GPU).
     ///
     /// ```
     /// use actorgraph::{Backend, Communicator, Cpu};

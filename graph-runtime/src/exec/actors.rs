@@ -18,9 +18,11 @@ pub(crate) type SendBox<A> = fn(A) -> Box<dyn Any + Send>;
 /// Either ready values, moved to their threads (the actor type must then be
 /// `Send + 'static`). Such an actor may also run a step on the thread that calls `execute`:
 /// when that thread would otherwise only wait for the actors, it runs the first actor's
-/// step itself, as rayon's `join` runs one half of its work on the calling thread (only on
-/// a backend whose endpoints may change threads, such as `Cpu`, and only for an `execute`
-/// without a timeout, with nothing else in flight):
+/// step itself, then (when the actor threads outnumber the cores) every step that none has
+/// started yet, as rayon's `join` runs one half of its work on the calling thread and
+/// steals the other if it is still there (only on a backend whose endpoints may change
+/// threads, such as `Cpu`, and only for an `execute` without a timeout, with nothing else
+/// in flight):
 ///
 /// ```
 /// use actorgraph::Actors;

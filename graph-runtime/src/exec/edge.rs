@@ -1150,6 +1150,23 @@ mod loom_tests {
         });
     }
 
+    /// A consumer that finds a later round's message reads it without taking it (the
+    /// producer skipped its round) and takes it in its round.
+    #[test]
+    fn loom_a_later_round_waits_in_the_slot_for_its_round() {
+        loom::model(|| {
+            let mut links = Links::new();
+            let e = links.edge::<u32>("h", "enc", Route::Zip, 1);
+            let e2 = e.clone();
+            // The producer never ran round 1.
+            let producer = thread::spawn(move || e2.send(0, 2, 8).unwrap());
+            // Round 1 waits for a message and finds round 2's: its producer skipped it.
+            assert_eq!(e.recv(0, 1), Err(RecvError::failed(0)));
+            assert_eq!(e.recv(0, 2), Ok(8));
+            producer.join().unwrap();
+        });
+    }
+
     #[test]
     fn loom_edge_abort_releases_the_consumer() {
         loom::model(|| {

@@ -3,27 +3,43 @@
 //! the extra thread cost a switch per execution (every wait yielded, so that the thread
 //! it waited for could run), and when the actors outnumber the cores, the waits cannot
 //! spin at all. MPI ranks have no driver: each rank is its own caller. So, as rayon's
-//! `join` runs one half of its work on the calling thread, the driver runs the first
-//! actor's step itself when it would otherwise only wait.
+//! `join` runs one half of its work on the calling thread and steals the other half if no
+//! thread has taken it yet, the driver runs the first actor's step itself when it would
+//! otherwise only wait, and then, as it collects, every step that no actor thread has
+//! started, when the awake actor threads and itself outnumber the cores
+//! ([`crowded`](crate::sync::crowded)). Then an actor's thread may not run for a while
+//! after its `go` (it takes a turn on a busy core, and a parked one a futex wake-up,
+//! ~70 µs here), while a small step takes well under a microsecond: an `execute` of 8
+//! echo actors on 2 cores went from ~10 µs to 1.5-3.3 µs (BENCHMARKS.md). With a core
+//! for every thread, each spins for its `go` and starts at once, and the driver's look
+//! would only move lines that thread is writing.
 //!
 //! The actor must be able to change threads for that, so only actors that are `Send`
 //! (ready values: [`Actors`](super::Actors) knows) on a communicator that is not bound
 //! to its thread ([`Communicator::runs_on_any_thread`]) take part. Such an actor's state
-//! lives in a [`Runner`] behind a mutex, shared by its own thread and the driver, and
-//! whoever holds the lock runs the oldest step queued for it. Its own thread runs the
-//! steps the driver hands over (one per `go` advance, as for any actor: `submit`,
-//! `execute_async`, executions with a timeout, which must not block the caller or must be
-//! abandoned when late); the driver runs a step only in an `execute` with nothing else in
-//! flight, and then does not advance `go`, so the actor's thread stays parked and costs no
-//! wake-up. Either way a step pops its input, runs, and publishes its output exactly as on
-//! the actor's own thread, so the rest of the protocol (collect, timeouts, the failure
-//! path) does not know who ran it.
+//! lives in a [`Runner`] behind a mutex, shared by its own thread and the driver. Whoever
+//! holds the lock runs every step that was submitted (the inbox's `submitted`) and has
+//! not run (the outbox's `done`, which counts the steps published), and publishes each
+//! before it lets go, so the next holder never runs a step twice. Nobody waits for the
+//! lock: a thread that finds it taken leaves the steps to the holder, which runs every
+//! step submitted before its check, and a step submitted after comes with a `go`
+//! advance that the actor's thread sees. Its own thread runs the steps when woken (one
+//! `go` advance per step, as for any actor: `submit`, `execute_async`, executions with a
+//! timeout, which must not block the caller or must be abandoned when late); the driver
+//! runs steps only in an `execute` with nothing else in flight and no deadline. It then
+//! does not advance the first actor's `go`, so that thread stays parked and costs no
+//! wake-up, and it skips a step already started (`Slot::started`): trying that
+//! runner's lock would only take its line from the running thread's core. Either way a
+//! step takes its input, runs, and publishes its output exactly as on the actor's own
+//! thread, so the rest of the protocol (collect, timeouts, the failure path) does not know
+//! who ran it.
 
 use std::any::Any;
 use std::marker::PhantomData;
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::{Mutex, TryLockError};
 
-use super::{lock, Ctx, Slot, StepCtx, StepFn};
+use super::{Ctx, Slot, StepCtx, StepFn};
 use crate::comm::Communicator;
 use crate::Error;
 
@@ -37,11 +53,16 @@ pub(super) struct Runner<A, C, S> {
     _actor: PhantomData<fn() -> A>,
 }
 
+/// A step's index and result, handed to whoever collects it.
+pub(super) type Publish<'a, O> = dyn FnMut(u64, Result<O, Error>) + 'a;
+
 /// What the driver sees of a [`Runner`] (its actor, communicator and step types erased).
 pub(super) trait Help<I, O>: Send + Sync {
-    /// Runs the oldest step queued in `slot` on the calling thread and returns its index
-    /// and result, or `None` if the actor's own thread holds the runner now.
-    fn try_run(&self, slot: &Slot<I, O>) -> Option<(u64, Result<O, Error>)>;
+    /// Runs on the calling thread every step of `slot` that was submitted and that nobody
+    /// has run yet, in order, each published with `publish` before the runner is let go
+    /// (so that the next holder sees it done): whether it ran any. Runs none if another
+    /// thread holds the runner now: that thread runs them.
+    fn try_run(&self, slot: &Slot<I, O>, publish: &mut Publish<'_, O>) -> bool;
 }
 
 /// A [`Runner`] shared by its actor's thread and the driver.
@@ -63,14 +84,24 @@ impl<A: 'static, C: Communicator, S> Helped<A, C, S> {
         }
     }
 
-    /// Runs the oldest step queued in `slot` on this thread, waiting for the runner if
-    /// the driver holds it: its index and result.
-    pub(super) fn run<I, O>(&self, slot: &Slot<I, O>) -> (u64, Result<O, Error>)
+    /// [`Help::try_run`].
+    pub(super) fn try_run<I, O>(&self, slot: &Slot<I, O>, publish: &mut Publish<'_, O>) -> bool
     where
         S: StepFn<A, C, I, O>,
     {
-        let mut runner = lock(&self.runner);
-        step_once(runner.as_mut(), slot)
+        let mut runner = match self.runner.try_lock() {
+            Ok(runner) => runner,
+            // A panic on a thread that ran a step left the state as a failed step leaves
+            // it; that panic already broke the group.
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        let mut ran = false;
+        while let Some((step, result)) = step_once(runner.as_mut(), slot) {
+            publish(step, result);
+            ran = true;
+        }
+        ran
     }
 }
 
@@ -82,32 +113,32 @@ where
     I: Send,
     O: Send,
 {
-    fn try_run(&self, slot: &Slot<I, O>) -> Option<(u64, Result<O, Error>)> {
-        let mut runner = match self.runner.try_lock() {
-            Ok(runner) => runner,
-            // A panic on a thread that ran a step left the state as a failed step leaves
-            // it; that panic already broke the group.
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-            Err(TryLockError::WouldBlock) => return None,
-        };
-        Some(step_once(runner.as_mut(), slot))
+    fn try_run(&self, slot: &Slot<I, O>, publish: &mut Publish<'_, O>) -> bool {
+        Helped::try_run(self, slot, publish)
     }
 }
 
-/// Takes the input of the next step of `slot` and runs the step on it: the step's index
-/// and result.
+/// Runs the next step of `slot` if it was submitted: its index and result; `None` if every
+/// step submitted has run.
 fn step_once<A: 'static, C: Communicator, S, I, O>(
     runner: Option<&mut Runner<A, C, S>>,
     slot: &Slot<I, O>,
-) -> (u64, Result<O, Error>)
+) -> Option<(u64, Result<O, Error>)>
 where
     S: StepFn<A, C, I, O>,
 {
+    // The steps published so far: every step that ran was published under the lock we
+    // hold, so this is the next one to run.
+    let next = slot.outbox.done.current();
+    // Acquire: the driver stores it after it puts the step's input.
+    if next >= slot.inbox.submitted.load(Acquire) {
+        return None;
+    }
+    slot.started.0.store(next + 1, Relaxed);
     // SAFETY: the caller holds the runner's lock, as every thread that runs this actor's
-    // steps does: its own thread after the `go` advance that starts the step, or the
-    // driver for a step it left for itself.
+    // steps does, and step `next` was submitted and has not run.
     let (index, input) = unsafe { slot.next_input() };
-    (index, run_step(runner, input))
+    Some((index, run_step(runner, input)))
 }
 
 fn run_step<A: 'static, C: Communicator, S, I, O>(
@@ -141,16 +172,16 @@ where
 }
 
 /// The claim protocol under every interleaving, with the runtime's `Epoch`s and a mutex
-/// standing in for the runner: an execution handed over (a `go` advance), then one the
-/// driver tries to run itself (`try_lock`, or a `go` advance if the actor's thread holds
-/// the runner), then a stop. Each input runs exactly once, in order, and the driver
-/// collects each output after its `done` advance.
+/// standing in for the runner: an execution handed over (a `go` advance) that the driver
+/// then tries to steal, one the driver holds and tries to run itself (`try_lock`, or a
+/// `go` advance if the actor's thread holds the runner), then a stop. Each input runs
+/// exactly once, in order, and the driver collects each output after its `done` advance.
 #[cfg(all(test, loom))]
 mod loom_tests {
     use std::collections::VecDeque;
     use std::sync::Arc;
 
-    use loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
     use loom::sync::Mutex;
     use loom::thread;
 
@@ -158,6 +189,7 @@ mod loom_tests {
 
     struct Slot {
         go: Epoch,
+        submitted: AtomicU64,
         done: Epoch,
         input: Mutex<VecDeque<u32>>,
         output: Mutex<VecDeque<u32>>,
@@ -166,18 +198,33 @@ mod loom_tests {
         stop: AtomicBool,
     }
 
-    fn run(slot: &Slot, ran: &mut Vec<u32>) {
-        let input = slot.input.lock().unwrap().pop_front();
-        let input = input.expect("a step started without an input");
-        ran.push(input);
-        slot.output.lock().unwrap().push_back(input);
+    /// `Helped::try_run` under the runner's lock: every step submitted and not run yet,
+    /// each published before the lock is let go.
+    fn run_pending(slot: &Slot, ran: &mut Vec<u32>) {
+        while slot.done.current() < slot.submitted.load(Acquire) {
+            let input = slot.input.lock().unwrap().pop_front();
+            let input = input.expect("a step ran without an input");
+            ran.push(input);
+            slot.output.lock().unwrap().push_back(input);
+            slot.done.advance();
+        }
+    }
+
+    fn submit(slot: &Slot, input: u32) {
+        slot.input.lock().unwrap().push_back(input);
+        slot.submitted.fetch_add(1, Release);
     }
 
     #[test]
     fn loom_the_driver_and_the_actor_thread_run_each_step_once_in_order() {
-        loom::model(|| {
+        // Bounded: two executions, a steal and a held step have too many interleavings
+        // to visit them all.
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(7);
+        model.check(|| {
             let slot = Arc::new(Slot {
                 go: Epoch::new(),
+                submitted: AtomicU64::new(0),
                 done: Epoch::new(),
                 input: Mutex::new(VecDeque::new()),
                 output: Mutex::new(VecDeque::new()),
@@ -193,24 +240,24 @@ mod loom_tests {
                         if slot.stop.load(SeqCst) {
                             return;
                         }
-                        run(&slot, &mut slot.runner.lock().unwrap());
-                        slot.done.advance();
+                        if let Ok(mut ran) = slot.runner.try_lock() {
+                            run_pending(&slot, &mut ran);
+                        }
                     }
                 })
             };
-            // Handed over.
-            slot.input.lock().unwrap().push_back(1);
+            // Handed over, then stolen if its thread has not taken the runner.
+            submit(&slot, 1);
             slot.go.advance();
+            if let Ok(mut ran) = slot.runner.try_lock() {
+                run_pending(&slot, &mut ran);
+            }
             slot.done.wait_past(0, None).unwrap();
             assert_eq!(slot.output.lock().unwrap().pop_front(), Some(1));
-            // Run here if the runner is free, else handed over.
-            slot.input.lock().unwrap().push_back(2);
+            // Held: run here if the runner is free, else handed over.
+            submit(&slot, 2);
             match slot.runner.try_lock() {
-                Ok(mut ran) => {
-                    run(&slot, &mut ran);
-                    drop(ran);
-                    slot.done.advance();
-                }
+                Ok(mut ran) => run_pending(&slot, &mut ran),
                 Err(_) => slot.go.advance(),
             }
             slot.done.wait_past(1, None).unwrap();

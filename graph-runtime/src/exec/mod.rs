@@ -12,7 +12,8 @@
 //! earlier execution is alive (correct under overlap, but then it allocates). An async
 //! execution registers a waker ([`Group::register_waker`]) that the actors wake as they
 //! finish. In an `execute` with nothing else in flight, the driver runs the first actor's
-//! step itself when that actor may change threads ([`help`]).
+//! step itself, and then every step no actor thread has started, when those actors may
+//! change threads ([`help`]).
 
 mod actors;
 mod ctx;
@@ -36,14 +37,14 @@ use std::any::Any;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicU8;
-use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Waker;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::comm::{AbortHandle, Backend, Communicator, RankState};
-use crate::sync::prims::AtomicBool;
+use crate::sync::prims::{AtomicBool, AtomicU64};
 use crate::sync::{Cells, Epoch};
 use crate::{BoxError, Error};
 use help::{Help, Helped};
@@ -100,10 +101,13 @@ pub struct Group<A, I, O> {
     links: Links,
     /// Why the group cannot run any more, if it cannot.
     broken: Option<String>,
-    /// The first actor's state, if the driver may run its steps (see [`help`]).
-    helper: Option<Arc<dyn Help<I, O>>>,
+    /// Per rank, the actor's state, if the driver may run its steps (see [`help`]).
+    helpers: Vec<Option<Arc<dyn Help<I, O>>>>,
     /// Whether the last submission left the first actor's step for the driver to run.
     held: bool,
+    /// Whether the driver runs, while it collects the last submission, the steps that no
+    /// actor thread has started yet (see [`help`]).
+    steal: bool,
     /// Executions submitted so far.
     submitted: u64,
     /// The most executions in flight (`max_in_flight`): the cells of each actor's handoff.
@@ -177,12 +181,24 @@ pub(crate) const ON_EDGE: u8 = 2;
 struct Slot<I, O> {
     inbox: Inbox<I>,
     outbox: Outbox<O>,
+    started: Started,
 }
+
+/// Steps started, by whichever thread runs them: a hint for the driver, which skips a
+/// step already started rather than contend for its runner (see [`help`]). On a line of
+/// its own: in the outbox's, each step would write the line the driver waits on twice,
+/// and each write takes it back from the driver's core.
+#[repr(align(128))]
+struct Started(AtomicU64);
 
 /// Written by the driver, read by the actor.
 #[repr(align(128))]
 struct Inbox<I> {
     go: Epoch,
+    /// Executions whose input is in `inputs`: a step whose index is below it may run
+    /// (written before the `go` advance that announces it, or before the driver runs a
+    /// held step; see [`help`]).
+    submitted: AtomicU64,
     inputs: Cells<I>,
 }
 
@@ -199,6 +215,7 @@ impl<I, O> Slot<I, O> {
         Self {
             inbox: Inbox {
                 go: Epoch::new(),
+                submitted: AtomicU64::new(0),
                 inputs: Cells::new(depth),
             },
             outbox: Outbox {
@@ -206,6 +223,7 @@ impl<I, O> Slot<I, O> {
                 exited: AtomicBool::new(false),
                 outputs: Cells::new(depth),
             },
+            started: Started(AtomicU64::new(0)),
         }
     }
 
@@ -288,8 +306,9 @@ where
             abort: comms[0].abort_handle(),
             links: links.clone(),
             broken: None,
-            helper: None,
+            helpers: (0..actors.len()).map(|_| None).collect(),
             held: false,
+            steal: false,
             submitted: 0,
             depth: depth as u64,
             ranks: (
@@ -336,9 +355,9 @@ where
                             };
                         }
                     };
-                    // The first actor may run its steps on the driver's thread too, if it
-                    // and its communicator may change threads.
-                    let send = send.filter(|_| rank == 0 && comm.runs_on_any_thread());
+                    // The actor may run its steps on the driver's thread too, if it and its
+                    // communicator may change threads.
+                    let send = send.filter(|_| comm.runs_on_any_thread());
                     let activity = Arc::clone(&shared.activity);
                     let ctx =
                         StepCtx::new(name, comm, rank, stage_names, schedule, links, activity);
@@ -388,9 +407,7 @@ where
             let (rank, e) = match attached.recv() {
                 Ok((rank, Ok(helper))) => {
                     reported[rank] = true;
-                    if helper.is_some() {
-                        group.helper = helper;
-                    }
+                    group.helpers[rank] = helper;
                     continue;
                 }
                 Ok((rank, Err(e))) => {
@@ -465,7 +482,7 @@ where
     pub(crate) fn submit_holding_first(&mut self, input: I::Whole) -> bool {
         // Every earlier execution collected: the first actor's thread runs nothing now.
         let idle = self.done_seen[0] == self.submitted;
-        let hold = self.helper.is_some() && idle;
+        let hold = self.helpers[0].is_some() && idle;
         self.submit_holding(input, hold);
         hold
     }
@@ -480,6 +497,8 @@ where
         let mut started = 0;
         let mut start_through = |rank: usize| {
             for (r, slot) in slots.iter().enumerate().take(rank + 1).skip(started) {
+                // Before the `go` advance, or the held step, that lets the step run.
+                slot.inbox.submitted.store(execution + 1, Release);
                 if r != 0 || !hold {
                     slot.inbox.go.advance();
                 }
@@ -502,6 +521,7 @@ where
         });
         start_through(slots.len() - 1);
         self.held = hold;
+        self.steal = hold;
         if overfull {
             // More executions than `max_in_flight` in flight: the driver's `Pipeline` rules
             // it out; a caller of this hidden API may not. An actor without its input fails
@@ -523,10 +543,18 @@ where
         if !std::mem::take(&mut self.held) {
             return;
         }
-        let slot = &self.shared.slots[0];
-        let Some(helper) = &self.helper else {
-            slot.inbox.go.advance();
-            return;
+        if !self.run_here(0) {
+            // The actor's thread holds the runner: it runs the step, once told.
+            self.shared.slots[0].inbox.go.advance();
+        }
+    }
+
+    /// Runs on this thread the step of rank `rank` that was submitted and that nobody has
+    /// run yet, if its actor may run here and its thread does not hold it now: whether it
+    /// ran one.
+    fn run_here(&self, rank: usize) -> bool {
+        let Some(helper) = &self.helpers[rank] else {
+            return false;
         };
         // A panic here (never a method's: those are caught) may leave peers waiting for
         // this step: release them, as an actor thread that unwinds does.
@@ -534,14 +562,13 @@ where
             abort: &self.abort,
             links: &self.links,
         };
-        let ran = helper.try_run(slot);
+        let slot = &self.shared.slots[rank];
+        // SAFETY: called under the runner's lock, right after the step it publishes.
+        let ran = helper.try_run(slot, &mut |step, result| unsafe {
+            publish(&self.shared, slot, step, result)
+        });
         std::mem::forget(guard);
-        match ran {
-            // SAFETY: this thread ran the step, with every earlier step of this actor
-            // collected (`submit_holding_first`): the actor's thread runs none now.
-            Some((step, result)) => unsafe { publish(&self.shared, slot, step, result) },
-            None => slot.inbox.go.advance(),
-        }
+        ran
     }
 
     /// Whether every actor has finished its step of the oldest execution not yet collected
@@ -571,9 +598,21 @@ where
     pub fn collect(&mut self, deadline: Option<Deadline>) -> Result<Vec<O>, Error> {
         let mut outputs = Vec::with_capacity(self.len());
         let mut first_error: Option<Error> = None;
+        // Only in an `execute` with nothing else in flight and no deadline (which this
+        // thread must stay free to keep), and only when the actor threads cannot all be
+        // running: otherwise each is spinning for its `go` and starts its step at once,
+        // and looking would only move the lines it is writing.
+        let steal = std::mem::take(&mut self.steal) && deadline.is_none() && crate::sync::crowded();
         for rank in 0..self.len() {
-            let slot = &self.shared.slots[rank];
             let execution = self.done_seen[rank];
+            if steal && self.shared.slots[rank].started.0.load(Relaxed) == execution {
+                // Not started yet: its thread may not even be awake (a wake-up, or a turn
+                // on a busy core, costs far more than a small step). Once started, the
+                // runner's lock is its thread's, and trying it would only take that line
+                // from the thread's core.
+                self.run_here(rank);
+            }
+            let slot = &self.shared.slots[rank];
             match slot
                 .outbox
                 .done
@@ -886,7 +925,10 @@ where
     let slot = &shared.slots[rank];
     let mut started = 0;
     loop {
-        let _ = slot.inbox.go.wait_past(started, None);
+        // Never aborted: the wait ends only when `go` advances.
+        if let Ok(now) = slot.inbox.go.wait_past(started, None) {
+            started = now;
+        }
         if shared.shutdown.load(Acquire) {
             // The driver is gone or stopping: nobody else uses the runner any more.
             let Some(runner) = lock(&helped.runner).take() else {
@@ -901,10 +943,13 @@ where
             let actor = hand_back.then_some(runner.actor);
             return Returned { actor, poisoned };
         }
-        started += 1;
-        let (step, result) = helped.run(slot);
-        // SAFETY: this thread ran step `step`.
-        unsafe { publish(shared, slot, step, result) };
+        // Every step submitted and not run yet, unless the driver holds the runner: it
+        // then runs them. (`started` was read before: a step submitted since comes with
+        // a `go` advance that the next wait sees.)
+        // SAFETY: called under the runner's lock, right after the step it publishes.
+        helped.try_run(slot, &mut |step, result| unsafe {
+            publish(shared, slot, step, result)
+        });
     }
 }
 

@@ -2,8 +2,8 @@
 //! running on an actor's thread ([`Ctx::current`]).
 //!
 //! The context is a thread-local set once when the actor's thread starts, before its actor
-//! is made: reading it costs a thread-local load. A step the driver's thread runs for the
-//! first actor (see `exec::help`) sets it for that step and puts the driver's back after.
+//! is made: reading it costs a thread-local load. A step the driver's thread runs for an
+//! actor (see `exec::help`) sets it for that step and puts the driver's back after.
 
 use std::cell::Cell;
 

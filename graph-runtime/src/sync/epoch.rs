@@ -77,9 +77,15 @@ mod budget {
         }
     }
 
-    pub(super) fn spins() -> u32 {
+    /// Whether the awake actor threads and the driver outnumber the cores, so that some
+    /// of them cannot be running now.
+    pub(crate) fn crowded() -> bool {
         // The driver thread counts too.
-        if AWAKE_ACTORS.load(Relaxed) < cores() {
+        AWAKE_ACTORS.load(Relaxed) >= cores()
+    }
+
+    pub(super) fn spins() -> u32 {
+        if !crowded() {
             SPIN_LIMIT.with(Cell::get)
         } else {
             0
@@ -127,6 +133,9 @@ mod budget {
     pub(super) fn spins() -> u32 {
         0
     }
+    pub(crate) fn crowded() -> bool {
+        true
+    }
     pub(super) fn current_cpu() -> u32 {
         super::NO_CPU
     }
@@ -141,7 +150,7 @@ mod budget {
     }
 }
 
-pub(crate) use budget::{actor_ended, actor_started};
+pub(crate) use budget::{actor_ended, actor_started, crowded};
 
 /// How many times [`briefly`] yields at most: a yield costs ~0.15 µs when no other
 /// thread wants the core, and hands it over when one does.

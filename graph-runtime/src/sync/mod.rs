@@ -9,7 +9,7 @@ mod cells;
 mod epoch;
 
 pub(crate) use cells::Cells;
-pub(crate) use epoch::{actor_ended, actor_started, briefly, Barrier, Epoch, Interrupted};
+pub(crate) use epoch::{actor_ended, actor_started, briefly, crowded, Barrier, Epoch, Interrupted};
 
 #[cfg(loom)]
 pub(crate) mod prims {
