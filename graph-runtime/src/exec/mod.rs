@@ -232,17 +232,18 @@ impl<I, O> Slot<I, O> {
     ///
     /// # Safety
     ///
-    /// Called by whoever runs the actor's steps (see [`Slot`]): its own thread after the
-    /// `go` advance that starts the step, or the driver for a step it runs itself, one at
-    /// a time (the driver runs a step only under the runner's lock, which the actor's
-    /// thread holds for each of its steps, or only for actors without a thread of their
-    /// own to run it).
+    /// Called by whoever runs the actor's steps (see [`Slot`]), one at a time, for a step
+    /// that was submitted: its own thread after the `go` advance that starts the step, or,
+    /// for an actor whose steps the driver may run, whichever thread holds the runner's
+    /// lock, after it saw the step in `submitted` (see [`help`]).
     unsafe fn next_input(&self) -> (u64, Option<I>) {
         let index = self.outbox.done.current();
         // SAFETY: the protocol of `Slot`: the driver put this step's input before the `go`
-        // advance that the caller's wait saw (acquire), or on the caller's own thread, and
-        // puts into this cell again only after collecting this step, after its `done`
-        // advance; no other thread runs a step meanwhile (the caller's contract).
+        // advance that the caller's wait saw (acquire), or before its store of `submitted`
+        // that the caller's check saw (acquire: a runner's holder, see [`help`]), or on the
+        // caller's own thread; it puts into this cell again only after collecting this
+        // step, after its `done` advance; no other thread runs a step meanwhile (the
+        // caller's contract).
         (index, unsafe { self.inbox.inputs.take(index) })
     }
 }
@@ -544,7 +545,8 @@ where
             return;
         }
         if !self.run_here(0) {
-            // The actor's thread holds the runner: it runs the step, once told.
+            // Not run here (the actor's thread holds the runner, or ran the step already):
+            // its thread runs it, once told.
             self.shared.slots[0].inbox.go.advance();
         }
     }
