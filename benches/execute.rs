@@ -70,24 +70,33 @@ fn echo_async(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    for n in [1usize, 2] {
+    for n in [1usize, 2, 8] {
         let x = Tensor::full([4], 1.0f32);
         let mut g = EchoGraph::launch((0..n).map(|_| Echo).collect::<Vec<_>>(), Cpu).unwrap();
         group.bench_function(format!("{n} actors/execute"), |b| {
             b.iter(|| g.execute(x.clone()).unwrap())
         });
-        // As an async program awaits it: one `block_on` for the whole sample.
-        group.bench_function(format!("{n} actors/execute_async"), |b| {
-            b.iter_custom(|iters| {
-                rt.block_on(async {
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        black_box(g.execute_async(x.clone()).await.unwrap());
-                    }
-                    start.elapsed()
+        // As an async program awaits it: one `block_on` for the whole sample; then with
+        // the poll running the steps no thread has started.
+        let options = LaunchOptions::default().poll_runs_steps(true);
+        let mut polled =
+            EchoGraph::launch_with((0..n).map(|_| Echo).collect::<Vec<_>>(), Cpu, options).unwrap();
+        for (name, g) in [
+            ("execute_async", &mut g),
+            ("execute_async poll_runs_steps", &mut polled),
+        ] {
+            group.bench_function(format!("{n} actors/{name}"), |b| {
+                b.iter_custom(|iters| {
+                    rt.block_on(async {
+                        let start = Instant::now();
+                        for _ in 0..iters {
+                            black_box(g.execute_async(x.clone()).await.unwrap());
+                        }
+                        start.elapsed()
+                    })
                 })
-            })
-        });
+            });
+        }
         // Each call in a `block_on` of its own: the runtime's entry and exit on top.
         group.bench_function(format!("{n} actors/block_on(execute_async)"), |b| {
             b.iter(|| rt.block_on(g.execute_async(x.clone())).unwrap())

@@ -141,6 +141,12 @@ fn waiting_does_not_block_the_executor_thread() -> Result<(), Error> {
         let gate = Gate::closed();
         let mut g = Step::launch(workers(2, &gate), Cpu)?;
         let rt = current_thread();
+        // Quick executions first: a poll that ran the steps nobody had started (which
+        // only `LaunchOptions::poll_runs_steps` allows) would run the held one below and
+        // wait at the gate on the thread of the task that opens it.
+        for _ in 0..20 {
+            rt.block_on(g.execute_async(1.0, false, None))?;
+        }
         let opened = Cell::new(false);
         // The execution cannot finish before the other task, on the same thread, opens the
         // gate: if awaiting it blocked the thread, this would hang (and `within` fail).

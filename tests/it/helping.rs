@@ -1,6 +1,8 @@
 //! Where steps run: the thread that calls `execute` runs the first actor's step itself
 //! when the actors may change threads (ready values on `Cpu`) and nothing else is in
-//! flight; every other step runs on its actor's own thread.
+//! flight; every other step runs on its actor's own thread, or on the caller's when no
+//! thread has started it and the threads outnumber the cores (and for `execute_async`,
+//! only with `LaunchOptions::poll_runs_steps`).
 
 use actorgraph::prelude::*;
 
@@ -36,10 +38,12 @@ fn execute_runs_the_first_ready_actor_on_the_calling_thread() {
     let me = current_thread();
     let mut g = Threads::launch(vec![Where { steps: 0 }, Where { steps: 0 }], Cpu).unwrap();
     for step in 1..=3 {
-        assert_eq!(
-            g.execute().unwrap(),
-            vec![(me.clone(), step), (own(1), step)]
-        );
+        let out = g.execute().unwrap();
+        assert_eq!(out[0], (me.clone(), step));
+        // Rank 1 runs on its own thread, or on the caller's if that thread had not started
+        // it when the caller looked, with the threads outnumbering the cores (2 here).
+        assert_eq!(out[1].1, step);
+        assert!(out[1].0 == own(1) || out[1].0 == me, "{out:?}");
     }
     // With a timeout the caller must stay free to give up: every step on its own thread.
     assert_eq!(
@@ -78,4 +82,43 @@ fn actors_made_on_their_threads_stay_there() {
     let made = Actors::each(2, |_, _| Where { steps: 0 });
     let mut g = Threads::launch_actors(made, Cpu, LaunchOptions::default()).unwrap();
     assert_eq!(g.execute().unwrap(), vec![(own(0), 1), (own(1), 1)]);
+}
+
+/// With `poll_runs_steps`, an async execution's poll may run steps that no actor thread has
+/// started, on the executor's thread: each step still runs once, in order, on the same
+/// actor, whichever thread runs it. More actors than cores, so that the poll may run some.
+#[test]
+fn a_poll_that_runs_steps_runs_each_once_in_order() {
+    let n = std::thread::available_parallelism().map_or(2, |c| c.get()) + 1;
+    let options = LaunchOptions::default()
+        .max_in_flight(2)
+        .poll_runs_steps(true);
+    let mut g =
+        Threads::launch_with((0..n).map(|_| Where { steps: 0 }).collect(), Cpu, options).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let me = current_thread();
+    let mut on_caller = 0;
+    let mut check = |out: Vec<(String, usize)>, step: usize, may_help: bool| {
+        for (rank, (thread, steps)) in out.into_iter().enumerate() {
+            assert_eq!(steps, step, "rank {rank} ran a step twice or skipped one");
+            let helped = may_help && thread == me;
+            assert!(
+                thread == own(rank) || helped,
+                "rank {rank}'s step ran on {thread}"
+            );
+            on_caller += usize::from(helped);
+        }
+    };
+    for step in 1..=50 {
+        check(rt.block_on(g.execute_async()).unwrap(), step, true);
+    }
+    // Two executions in flight: the poll of the first runs none of their steps.
+    let (first, second) = (g.submit().unwrap(), g.submit().unwrap());
+    check(rt.block_on(g.wait_async(first)).unwrap(), 51, false);
+    check(rt.block_on(g.wait_async(second)).unwrap(), 52, true);
+    println!("{on_caller} steps of {n} actors ran on the executor's thread");
+    let actors = g.teardown().unwrap();
+    assert!(actors.iter().all(|a| a.steps == 52));
 }

@@ -47,6 +47,9 @@ pub trait Groups {
         deadline: Option<Deadline>,
         errors: &mut Vec<Error>,
     ) -> Option<Self::Outputs>;
+    /// Runs on this thread the steps that no actor thread has started (see
+    /// [`Group::help`]).
+    fn help(&self);
     /// Registers an async execution's waker with every group.
     fn register_waker(&self, waker: &Waker);
     /// Whether every group has finished the oldest execution not yet collected.
@@ -72,6 +75,7 @@ impl Groups for () {
         false
     }
     fn run_held(&mut self) {}
+    fn help(&self) {}
     fn collect(&mut self, _: Option<Deadline>, _: &mut Vec<Error>) -> Option<()> {
         Some(())
     }
@@ -133,6 +137,10 @@ where
         let head = self.0.collect(deadline).map_err(|e| errors.push(e)).ok();
         let rest = self.1.collect(deadline, errors);
         Some((head?, rest?))
+    }
+
+    fn help(&self) {
+        self.0.help();
     }
 
     fn register_waker(&self, waker: &Waker) {
@@ -255,6 +263,9 @@ pub struct Driver<G: Groups, In, Out> {
     assemble: fn(G::Outputs) -> Vec<Out>,
     /// The graph's name in its trace spans (nothing without the feature `tracing`).
     name: GraphName,
+    /// Whether an async execution with nothing else in flight may run steps on the thread
+    /// that polls it ([`LaunchOptions::poll_runs_steps`]).
+    poll_runs_steps: bool,
 }
 
 impl<G: Groups, In, Out> Driver<G, In, Out> {
@@ -271,6 +282,7 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
             pipeline: Pipeline::new(options),
             split,
             assemble,
+            poll_runs_steps: options.polls_run_steps(),
             name: GraphName::UNNAMED,
         }
     }
@@ -310,6 +322,8 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     /// [`Driver::execute`] as a future that submits on its first poll and waits without
     /// blocking its thread: the actors wake it as they finish.
     ///
+    /// With [`LaunchOptions::poll_runs_steps`], the thread that polls may run steps.
+    ///
     /// (Not an `async fn`: without the feature `tracing`, the future is `run_async`'s
     /// itself, with no layer around it.)
     pub fn execute_async(
@@ -322,7 +336,7 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
 
     async fn run_async(&mut self, inputs: In, span: trace::Span) -> Result<Vec<Out>, Error> {
         while self.pipeline.must_drain() {
-            poll_fn(|cx| self.poll_done(cx)).await;
+            poll_fn(|cx| self.poll_done(cx, false)).await;
             self.finish_oldest(None);
         }
         let ticket = self.start(inputs, false)?;
@@ -330,11 +344,13 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
         self.wait_async(ticket).await
     }
 
-    /// [`Driver::wait`] as a future that waits without blocking its thread.
+    /// [`Driver::wait`] as a future that waits without blocking its thread (unless
+    /// [`LaunchOptions::poll_runs_steps`]).
     pub async fn wait_async(&mut self, ticket: Ticket) -> Result<Vec<Out>, Error> {
         self.pipeline.check(&ticket)?;
         while self.pipeline.needs_collect(&ticket) {
-            poll_fn(|cx| self.poll_done(cx)).await;
+            let help = self.poll_runs_steps && self.pipeline.in_flight() == 1;
+            poll_fn(|cx| self.poll_done(cx, help)).await;
             self.finish_oldest(None);
         }
         self.pipeline.take(ticket)
@@ -475,8 +491,11 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     /// park and a wake-up. The waker is registered only then, and the actors checked once
     /// more after it (see [`Group::register_waker`]): an execution found done while
     /// waiting costs neither side the waker's lock.
-    fn poll_done(&self, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll_done(&self, cx: &mut Context<'_>, help: bool) -> Poll<()> {
         let ready = || self.groups.ready().is_err() || self.groups.is_done();
+        if help {
+            self.groups.help();
+        }
         if crate::sync::briefly(ready) {
             return Poll::Ready(());
         }

@@ -26,10 +26,13 @@
 //! advance that the actor's thread sees. Its own thread runs the steps when woken (one
 //! `go` advance per step, as for any actor: `submit`, `execute_async`, executions with a
 //! timeout, which must not block the caller or must be abandoned when late); the driver
-//! runs steps only in an `execute` with nothing else in flight and no deadline. It then
+//! runs steps only in an `execute` with nothing else in flight and no deadline, and in an
+//! async execution with nothing else in flight if the graph was launched with
+//! `LaunchOptions::poll_runs_steps` (its poll runs the steps not started, the executor's
+//! thread being the driver's). In an `execute` it then
 //! does not advance the first actor's `go`, so that thread stays parked and costs no
-//! wake-up, and it skips a step already started (`Slot::started`): trying that
-//! runner's lock would only take its line from the running thread's core. Either way a
+//! wake-up. It skips a step already started (`Slot::started`): trying that runner's
+//! lock would only take its line from the running thread's core. Whoever runs it, a
 //! step takes its input, runs, and publishes its output exactly as on the actor's own
 //! thread, so the rest of the protocol (collect, timeouts, the failure path) does not know
 //! who ran it.

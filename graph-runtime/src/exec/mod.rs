@@ -573,6 +573,22 @@ where
         ran
     }
 
+    /// Runs on this thread every submitted step that no actor thread has started, if the
+    /// actor threads cannot all be running (see [`Group::collect`]): the help of an async
+    /// execution, which cannot hold a step back as `execute` does (it must not block
+    /// before its first `Pending`).
+    pub(crate) fn help(&self) {
+        if !crate::sync::crowded() {
+            return;
+        }
+        for rank in 0..self.len() {
+            let seen = self.done_seen[rank];
+            if self.shared.slots[rank].started.0.load(Relaxed) == seen {
+                self.run_here(rank);
+            }
+        }
+    }
+
     /// Whether every actor has finished its step of the oldest execution not yet collected
     /// (or ended), so that [`Group::collect`] returns without waiting. Never blocks.
     pub fn is_done(&self) -> bool {
