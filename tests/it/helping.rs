@@ -29,6 +29,27 @@ graph! {
     }
 }
 
+/// Reports the thread each step runs on, and the step count of the actor it heard from.
+struct Next {
+    steps: usize,
+}
+
+#[actor]
+impl Next {
+    fn after(&mut self, prev: &(String, usize)) -> (String, usize, usize) {
+        self.steps += 1;
+        (current_thread(), self.steps, prev.1)
+    }
+}
+
+graph! {
+    /// Each `ws` actor hands its report to the `next` actor of its rank.
+    Chained(ws: [Where], next: [Next]) {
+        let a = ws.thread();
+        next.after(a)
+    }
+}
+
 fn own(rank: usize) -> String {
     format!("actorgraph-ws-{rank}")
 }
@@ -121,4 +142,34 @@ fn a_poll_that_runs_steps_runs_each_once_in_order() {
     println!("{on_caller} steps of {n} actors ran on the executor's thread");
     let actors = g.teardown().unwrap();
     assert!(actors.iter().all(|a| a.steps == 52));
+}
+
+/// In a graph of two groups joined by edges, the caller may run, as it collects each
+/// group, the steps that no thread has started, in either group (more actors than cores):
+/// each still runs once, in order, and gets its value over the edge.
+#[test]
+fn the_caller_runs_steps_of_every_group_once_in_order() {
+    let n = std::thread::available_parallelism().map_or(2, |c| c.get());
+    let mut g = Chained::launch(
+        (0..n).map(|_| Where { steps: 0 }).collect(),
+        (0..n).map(|_| Next { steps: 0 }).collect(),
+        Cpu,
+    )
+    .unwrap();
+    let me = current_thread();
+    let mut on_caller = 0;
+    for step in 1..=100 {
+        for (rank, (thread, steps, heard)) in g.execute().unwrap().into_iter().enumerate() {
+            assert_eq!((steps, heard), (step, step), "rank {rank}");
+            let own = format!("actorgraph-next-{rank}");
+            assert!(
+                thread == own || thread == me,
+                "rank {rank}'s step ran on {thread}"
+            );
+            on_caller += usize::from(thread == me);
+        }
+    }
+    println!("{on_caller} steps of the second group ran on the caller's thread");
+    let (ws, next) = g.teardown().unwrap();
+    assert!(ws.iter().all(|a| a.steps == 100) && next.iter().all(|a| a.steps == 100));
 }

@@ -34,9 +34,12 @@ pub trait Groups {
     fn check(&self, inputs: &Self::Inputs) -> Result<(), Error>;
     /// Queues each group's input and starts its actors (see [`Group::submit`]).
     fn submit(&mut self, inputs: Self::Inputs);
-    /// [`Groups::submit`], except that the first group's first actor's step may be left
-    /// for [`Groups::run_held`] to run on this thread: whether it was.
+    /// [`Groups::submit_stealing`], except that the first group's first actor's step may
+    /// be left for [`Groups::run_held`] to run on this thread: whether it was.
     fn submit_holding_first(&mut self, inputs: Self::Inputs) -> bool;
+    /// [`Groups::submit`], letting the next collect of each group run the steps that no
+    /// actor thread has started (see [`Group::submit_holding_first`]).
+    fn submit_stealing(&mut self, inputs: Self::Inputs);
     /// Runs the step that [`Groups::submit_holding_first`] left, on this thread.
     fn run_held(&mut self);
     /// Collects the oldest execution in flight from every group, even after one failed, so
@@ -74,6 +77,7 @@ impl Groups for () {
     fn submit_holding_first(&mut self, (): ()) -> bool {
         false
     }
+    fn submit_stealing(&mut self, (): ()) {}
     fn run_held(&mut self) {}
     fn help(&self) {}
     fn collect(&mut self, _: Option<Deadline>, _: &mut Vec<Error>) -> Option<()> {
@@ -119,10 +123,16 @@ where
     }
 
     fn submit_holding_first(&mut self, (input, rest): Self::Inputs) -> bool {
-        // One step at most: a second one held could wait on an edge from the first.
-        let held = self.0.submit_holding_first(input);
-        self.1.submit(rest);
+        // One step held at most: a second one could wait on an edge from the first. The
+        // steps that no thread has started may be run in any group as it is collected.
+        let held = self.0.submit_holding_first(input, true);
+        self.1.submit_stealing(rest);
         held
+    }
+
+    fn submit_stealing(&mut self, (input, rest): Self::Inputs) {
+        self.0.submit_holding_first(input, false);
+        self.1.submit_stealing(rest);
     }
 
     fn run_held(&mut self) {
@@ -141,6 +151,7 @@ where
 
     fn help(&self) {
         self.0.help();
+        self.1.help();
     }
 
     fn register_waker(&self, waker: &Waker) {

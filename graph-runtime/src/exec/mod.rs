@@ -474,21 +474,22 @@ where
     /// first; the caller keeps the number of executions in flight within the `depth`
     /// given at launch.
     pub fn submit(&mut self, input: I::Whole) {
-        self.submit_holding(input, false);
+        self.submit_holding(input, false, false);
     }
 
     /// [`Group::submit`], except that the first actor's step is left for the caller to run
     /// with [`Group::run_held`], when the first actor may run on the caller's thread and
-    /// has nothing else queued: whether it was left (see [`help`]).
-    pub(crate) fn submit_holding_first(&mut self, input: I::Whole) -> bool {
-        // Every earlier execution collected: the first actor's thread runs nothing now.
-        let idle = self.done_seen[0] == self.submitted;
-        let hold = self.helpers[0].is_some() && idle;
-        self.submit_holding(input, hold);
+    /// has nothing else queued: whether it was left (see [`help`]). Then, or if `steal`,
+    /// the next [`Group::collect`] may run the steps no actor thread has started.
+    pub(crate) fn submit_holding_first(&mut self, input: I::Whole, hold: bool) -> bool {
+        // Every earlier execution collected: the actors' threads run nothing now.
+        let idle = self.done_seen.iter().all(|&seen| seen == self.submitted);
+        let hold = hold && self.helpers[0].is_some() && idle;
+        self.submit_holding(input, hold, idle);
         hold
     }
 
-    fn submit_holding(&mut self, input: I::Whole, hold: bool) {
+    fn submit_holding(&mut self, input: I::Whole, hold: bool, steal: bool) {
         let execution = self.submitted;
         self.submitted += 1;
         let (slots, depth, collected) = (&self.shared.slots, self.depth, &self.done_seen);
@@ -522,7 +523,7 @@ where
         });
         start_through(slots.len() - 1);
         self.held = hold;
-        self.steal = hold;
+        self.steal = steal;
         if overfull {
             // More executions than `max_in_flight` in flight: the driver's `Pipeline` rules
             // it out; a caller of this hidden API may not. An actor without its input fails
