@@ -34,13 +34,12 @@ pub trait Groups {
     fn check(&self, inputs: &Self::Inputs) -> Result<(), Error>;
     /// Queues each group's input and starts its actors (see [`Group::submit`]).
     fn submit(&mut self, inputs: Self::Inputs);
-    /// [`Groups::submit_stealing`], except that the first group's first actor's step may
-    /// be left for [`Groups::run_held`] to run on this thread: whether it was.
-    fn submit_holding_first(&mut self, inputs: Self::Inputs) -> bool;
-    /// [`Groups::submit`], letting the next collect of each group run the steps that no
-    /// actor thread has started (see [`Group::submit_holding_first`]).
-    fn submit_stealing(&mut self, inputs: Self::Inputs);
-    /// Runs the step that [`Groups::submit_holding_first`] left, on this thread.
+    /// [`Groups::submit`] with nothing else in flight, letting the next collect of each
+    /// group run the steps that no actor thread has started; with `hold_first`, the first
+    /// group's first actor's step may be left for [`Groups::run_held`] to run on this
+    /// thread: whether it was (see [`Group::submit_helped`]).
+    fn submit_helped(&mut self, inputs: Self::Inputs, hold_first: bool) -> bool;
+    /// Runs the step that [`Groups::submit_helped`] left, on this thread.
     fn run_held(&mut self);
     /// Collects the oldest execution in flight from every group, even after one failed, so
     /// that all stay at the same execution; each failure is pushed to `errors`, in group
@@ -74,10 +73,9 @@ impl Groups for () {
         Ok(())
     }
     fn submit(&mut self, (): ()) {}
-    fn submit_holding_first(&mut self, (): ()) -> bool {
+    fn submit_helped(&mut self, (): (), _: bool) -> bool {
         false
     }
-    fn submit_stealing(&mut self, (): ()) {}
     fn run_held(&mut self) {}
     fn help(&self) {}
     fn collect(&mut self, _: Option<Deadline>, _: &mut Vec<Error>) -> Option<()> {
@@ -122,17 +120,12 @@ where
         self.1.submit(rest);
     }
 
-    fn submit_holding_first(&mut self, (input, rest): Self::Inputs) -> bool {
+    fn submit_helped(&mut self, (input, rest): Self::Inputs, hold_first: bool) -> bool {
         // One step held at most: a second one could wait on an edge from the first. The
         // steps that no thread has started may be run in any group as it is collected.
-        let held = self.0.submit_holding_first(input, true);
-        self.1.submit_stealing(rest);
+        let held = self.0.submit_helped(input, hold_first);
+        self.1.submit_helped(rest, false);
         held
-    }
-
-    fn submit_stealing(&mut self, (input, rest): Self::Inputs) {
-        self.0.submit_holding_first(input, false);
-        self.1.submit_stealing(rest);
     }
 
     fn run_held(&mut self) {
@@ -466,7 +459,7 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
         if help && self.pipeline.in_flight() == 0 {
             // Still `executing` while the step runs: should it unwind here, the next
             // execution finds the graph broken.
-            if self.groups.submit_holding_first(inputs) {
+            if self.groups.submit_helped(inputs, true) {
                 self.groups.run_held();
             }
         } else {

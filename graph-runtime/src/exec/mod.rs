@@ -477,14 +477,15 @@ where
         self.submit_holding(input, false, false);
     }
 
-    /// [`Group::submit`], except that the first actor's step is left for the caller to run
-    /// with [`Group::run_held`], when the first actor may run on the caller's thread and
-    /// has nothing else queued: whether it was left (see [`help`]). Then, or if `steal`,
-    /// the next [`Group::collect`] may run the steps no actor thread has started.
-    pub(crate) fn submit_holding_first(&mut self, input: I::Whole, hold: bool) -> bool {
+    /// [`Group::submit`], letting the next [`Group::collect`] run the steps that no actor
+    /// thread has started, if the group has nothing else in flight; with `hold_first`,
+    /// the first actor's step is then left for the caller to run with
+    /// [`Group::run_held`], if that actor may run on the caller's thread: whether it was
+    /// left (see [`help`]).
+    pub(crate) fn submit_helped(&mut self, input: I::Whole, hold_first: bool) -> bool {
         // Every earlier execution collected: the actors' threads run nothing now.
         let idle = self.done_seen.iter().all(|&seen| seen == self.submitted);
-        let hold = hold && self.helpers[0].is_some() && idle;
+        let hold = hold_first && self.helpers[0].is_some() && idle;
         self.submit_holding(input, hold, idle);
         hold
     }
@@ -539,7 +540,7 @@ where
         self.name
     }
 
-    /// Runs on this thread the first actor's step that [`Group::submit_holding_first`]
+    /// Runs on this thread the first actor's step that [`Group::submit_helped`]
     /// left, or, if its own thread is busy after all, hands it over.
     pub(crate) fn run_held(&mut self) {
         if !std::mem::take(&mut self.held) {
@@ -583,10 +584,18 @@ where
             return;
         }
         for rank in 0..self.len() {
-            let seen = self.done_seen[rank];
-            if self.shared.slots[rank].started.0.load(Relaxed) == seen {
-                self.run_here(rank);
-            }
+            self.run_unstarted(rank);
+        }
+    }
+
+    /// [`Group::run_here`], if no thread has started the step of rank `rank` that the
+    /// driver collects next. Not started, its thread may not even be awake (a wake-up, or
+    /// a turn on a busy core, costs far more than a small step); once started, the
+    /// runner's lock is its thread's, and trying it would only take that line from the
+    /// thread's core.
+    fn run_unstarted(&self, rank: usize) {
+        if self.shared.slots[rank].started.0.load(Relaxed) == self.done_seen[rank] {
+            self.run_here(rank);
         }
     }
 
@@ -623,14 +632,10 @@ where
         // and looking would only move the lines it is writing.
         let steal = std::mem::take(&mut self.steal) && deadline.is_none() && crate::sync::crowded();
         for rank in 0..self.len() {
-            let execution = self.done_seen[rank];
-            if steal && self.shared.slots[rank].started.0.load(Relaxed) == execution {
-                // Not started yet: its thread may not even be awake (a wake-up, or a turn
-                // on a busy core, costs far more than a small step). Once started, the
-                // runner's lock is its thread's, and trying it would only take that line
-                // from the thread's core.
-                self.run_here(rank);
+            if steal {
+                self.run_unstarted(rank);
             }
+            let execution = self.done_seen[rank];
             let slot = &self.shared.slots[rank];
             match slot
                 .outbox
