@@ -722,6 +722,8 @@ enum Trouble {
     Err(usize),
     /// The rank whose method panics.
     Panic(usize),
+    /// Two ranks whose methods return `Err`.
+    Errs(usize, usize),
 }
 
 #[actor]
@@ -731,6 +733,9 @@ impl F {
         match *trouble {
             Trouble::Shape(r) if r == rank => Ok(Tensor::full([5], 1.0)),
             Trouble::Err(r) if r == rank => Err(format!("rank {rank} refused").into()),
+            Trouble::Errs(a, b) if a == rank || b == rank => {
+                Err(format!("rank {rank} refused").into())
+            }
             Trouble::Panic(r) if r == rank => panic!("rank {rank} gave up"),
             _ => Ok(Tensor::full([4], rank as f32)),
         }
@@ -769,6 +774,10 @@ fn failures(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
     fine(&mut g);
     // A method error on a rank of the last process: the same error everywhere.
     expect::refused(g.execute(Trouble::Err(last)), "make", last);
+    fine(&mut g);
+    // Method errors on ranks of two processes: the first failed rank's error everywhere,
+    // also on the process whose own rank failed later.
+    expect::refused(g.execute(Trouble::Errs(1, last)), "make", 1);
     fine(&mut g);
     // A panic on rank 1 (of process 0 or 1): the same error everywhere, then the actor is
     // poisoned, on every process's watch.

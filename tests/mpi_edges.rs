@@ -49,6 +49,12 @@ fn a_type_that_cannot_travel_is_refused_at_launch_on_every_process() {
 }
 
 #[test]
+fn a_value_that_fails_to_cross_is_the_same_travel_error_on_every_process() {
+    passes("travel", &[1, 1], SHM);
+    passes("travel", &[1, 2, 1], TCP);
+}
+
+#[test]
 fn a_producers_failure_is_its_own_error_on_every_process_and_the_graph_stays_usable() {
     passes("fails", &[1, 1], TCP);
     passes("fails", &[1, 2, 1], SHM);
@@ -69,6 +75,7 @@ fn worker() {
         "edges" => edges(&mpi, &layout),
         "cannot" => cannot(&mpi, &layout),
         "fails" => fails(&mpi, &layout),
+        "travel" => travel(&mpi, &layout),
         other => panic!("no scenario {other}"),
     }
     println!("process {process}: scenario done");
@@ -415,6 +422,108 @@ fn fails(mpi: &Mpi, layout: &[usize]) {
                 assert!(e.to_string().ends_with(&format!("rank {q} refused")), "{e}");
             }
             other => panic!("expected rank {q}'s method error, got {other:?}"),
+        }
+        fine(&mut g);
+    }
+    g.teardown().unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// A value whose serialization fails or panics, on either side.
+
+/// A user type whose serde implementations fail as `how` says: writing it returns an
+/// error (2) or panics (1); reading it panics (3) or returns an error (4); 0 is fine.
+#[derive(Clone, Debug)]
+struct Touchy {
+    how: u8,
+    x: u32,
+}
+
+impl Serialize for Touchy {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.how {
+            1 => panic!("Touchy cannot be written"),
+            2 => Err(serde::ser::Error::custom("Touchy refused")),
+            _ => (self.how, self.x).serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Touchy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let (how, x) = <(u8, u32)>::deserialize(d)?;
+        match how {
+            3 => panic!("Touchy cannot be read"),
+            4 => Err(serde::de::Error::custom("Touchy unreadable")),
+            _ => Ok(Touchy { how, x }),
+        }
+    }
+}
+
+struct T0 {
+    rank: usize,
+}
+
+#[actor]
+impl T0 {
+    fn make(&mut self, how: &u8) -> Touchy {
+        Touchy {
+            how: *how,
+            x: self.rank as u32 + 7,
+        }
+    }
+    fn read(&mut self, t: &Touchy) -> u32 {
+        t.x
+    }
+    /// One value per rank, to scatter: the first (rank 0's, which stays) always fine.
+    fn deal(&mut self, how: &u8, n: &usize) -> Vec<Touchy> {
+        (0..*n)
+            .map(|k| Touchy {
+                how: if k == 0 { 0 } else { *how },
+                x: k as u32,
+            })
+            .collect()
+    }
+    fn both(&mut self, t: &Touchy, mine: &Touchy) -> u32 {
+        t.x + mine.x
+    }
+}
+
+graph! {
+    Touchies(workers: [T0], how: u8, n: usize) {
+        let t = workers[0].make(how);
+        let dealt = workers[0].deal(how, n);
+        workers.both(t, scatter(dealt))
+    }
+}
+
+fn travel(mpi: &Mpi, layout: &[usize]) {
+    let me = mpi.process();
+    let mut g = Touchies::launch(ranks(layout, me).map(|rank| T0 { rank }).collect(), mpi).unwrap();
+    let n: usize = layout.iter().sum();
+    let fine = |g: &mut Touchies| {
+        let want: Vec<u32> = ranks(layout, me).map(|r| 7 + r as u32).collect();
+        assert_eq!(g.execute(0, n).unwrap(), want);
+    };
+    fine(&mut g);
+    // Both values cross processes, the second scattered (rank 0 keeps its own share,
+    // the others' fail the same way). Writing fails on rank 0, the producer; reading on
+    // every consumer in another process than rank 0's, of which rank 1 is the first:
+    // every process reports that rank's error, and the graph stays usable.
+    for (how, rank, why) in [
+        (2, 0, "writing it: "),
+        (1, 0, "writing it: it panicked: Touchy cannot be written"),
+        (3, 1, "it panicked: Touchy cannot be read"),
+        (4, 1, "it does not decode"),
+    ] {
+        match g.execute(how, n) {
+            Err(Error::Travel {
+                group: "workers",
+                rank: r,
+                value: "t" | "scatter(dealt)",
+                reason,
+            }) if r == rank && reason.contains(why) => {}
+            other => panic!("process {me}, how {how}: expected rank {rank}'s Travel error ({why}), got {other:?}"),
         }
         fine(&mut g);
     }

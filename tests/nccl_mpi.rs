@@ -151,9 +151,9 @@ struct Flaky {
 
 #[actor]
 impl Flaky {
-    /// Fails on global rank `fail`.
+    /// Fails on global rank `fail`, or on every rank if it is [`EVERY`].
     fn grad(&mut self, fail: &usize) -> Result<Tensor<f32>, String> {
-        if *fail == self.rank {
+        if *fail == self.rank || *fail == EVERY {
             return Err(format!("rank {} was asked to fail", self.rank));
         }
         let dev = current_device().map_err(|e| e.to_string())?;
@@ -167,6 +167,9 @@ impl Flaky {
         Ok(Tensor::full([lens[self.rank]], 1.0).to_device(&current_device()?)?)
     }
 }
+
+/// `FailOn`'s input that fails every rank.
+const EVERY: usize = usize::MAX - 1;
 
 graph! {
     FailOn(ns: [Flaky], fail: usize) {
@@ -345,8 +348,10 @@ fn worker() {
         }
         "nccl-failures" => {
             let mut g = FailOn::launch(flaky(), &backend).unwrap();
-            for fail in [1, 0] {
-                // Every process: the failed rank's own error, named alike.
+            for fail in [1, 0, EVERY] {
+                // Every process: the failed rank's own error, named alike; with every rank
+                // failed, the first's, also on the process whose own rank failed.
+                let first = if fail == EVERY { 0 } else { fail };
                 match g.execute(fail) {
                     Err(Error::Method {
                         group,
@@ -354,8 +359,11 @@ fn worker() {
                         method,
                         source,
                     }) => {
-                        assert_eq!((group, rank, method), ("ns", fail, "grad"));
-                        assert_eq!(source.to_string(), format!("rank {fail} was asked to fail"));
+                        assert_eq!((group, rank, method), ("ns", first, "grad"));
+                        assert_eq!(
+                            source.to_string(),
+                            format!("rank {first} was asked to fail")
+                        );
                     }
                     other => panic!("process {process}: expected Error::Method, got {other:?}"),
                 }

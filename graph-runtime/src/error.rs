@@ -410,6 +410,24 @@ pub enum Error {
         /// The group that reads it.
         to_group: &'static str,
     },
+
+    /// A value on its way between processes could not be written by its sender or read
+    /// by its receiver: its `Travel` or serde implementation failed or panicked (feature
+    /// `mpi`). The same error on every process; the graph stays usable.
+    #[error(
+        "value `{value}` could not cross processes on rank {rank} of group `{group}`: {reason}"
+    )]
+    Travel {
+        /// The group of the rank where it failed: the producer's when writing, the
+        /// consumer's when reading.
+        group: &'static str,
+        /// That rank.
+        rank: usize,
+        /// The value, as the graph names it.
+        value: &'static str,
+        /// What failed.
+        reason: String,
+    },
 }
 
 /// The error of an actor method on another process, as this process learns it (under
@@ -444,6 +462,18 @@ fn fmt_counts(counts: &[(crate::DType, usize)], shapes: &[Vec<usize>]) -> String
 }
 
 impl Error {
+    /// The rank whose own failure this error is (a method's error or panic, a poisoned
+    /// actor, a value that could not travel), if it is one.
+    pub(crate) fn failed_rank(&self) -> Option<usize> {
+        match self {
+            Error::Method { rank, .. }
+            | Error::Panic { rank, .. }
+            | Error::Poisoned { rank, .. }
+            | Error::Travel { rank, .. } => Some(*rank),
+            _ => None,
+        }
+    }
+
     /// Whether this error is the cause of a failure rather than a rank stopping because of
     /// another rank's failure.
     pub(crate) fn is_root_cause(&self) -> bool {
@@ -474,5 +504,16 @@ impl Error {
             }
         }
         best.map(|(_, e)| e)
+    }
+}
+
+/// The message of a caught panic's payload (a `&str` or a `String`, as `panic!` makes).
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "<non-string panic payload>".to_string()
     }
 }

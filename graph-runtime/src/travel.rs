@@ -508,6 +508,25 @@ pub struct Codec<T> {
     pub(crate) decode: fn(&mut Reader<'_>) -> Option<T>,
 }
 
+impl<T> Codec<T> {
+    /// Reads a value: `Ok(None)` if the bytes do not hold one, `Err` if the decoder (the
+    /// user's, perhaps) panicked. Either way the caller still owns the stream and keeps it
+    /// in step.
+    pub(crate) fn read(&self, r: &mut Reader<'_>) -> Result<Option<T>, String> {
+        caught(|| Ok((self.decode)(r)))
+    }
+}
+
+/// Runs `f`, a panic in it as an `Err` with its message. (The payload is forgotten, not
+/// dropped: its own drop could panic.)
+fn caught<R>(f: impl FnOnce() -> Result<R, String>) -> Result<R, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let message = crate::error::panic_message(&*payload);
+        std::mem::forget(payload);
+        Err(format!("it panicked: {message}"))
+    })
+}
+
 impl<T> Clone for Codec<T> {
     fn clone(&self) -> Self {
         *self
@@ -604,7 +623,9 @@ impl Outgoing {
         // move afterwards.
         let kept = Box::new(value);
         let mut writer = Writer::new();
-        (codec.encode)(&kept, &mut writer)?;
+        // The encoder may be the user's (`Travel`, `Serialize`): its panic is this
+        // value's error, not the step's, so that the step still tells its consumers.
+        caught(|| (codec.encode)(&kept, &mut writer))?;
         Ok(Arc::new(Outgoing {
             writer,
             _kept: std::sync::Mutex::new(kept),

@@ -421,3 +421,47 @@ fn a_graph_dropped_with_an_execution_in_flight_does_not_hang() {
     drop(g);
     assert!(start.elapsed() < actorgraph::TEARDOWN_GRACE + MARGIN);
 }
+
+struct Dealer {
+    budget: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[actor]
+impl Dealer {
+    fn deal(&mut self) -> Fragile {
+        Fragile {
+            clones_left: self.budget.clone(),
+        }
+    }
+    fn look(&mut self, _f: &Fragile) -> u8 {
+        1
+    }
+}
+
+graph! {
+    Deals(workers: [Dealer]) {
+        let f = workers[0].deal();
+        workers.look(f)
+    }
+}
+
+#[test]
+fn a_clone_that_panics_while_a_value_fans_out_fails_the_execute_without_a_hang() {
+    let budget = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(100));
+    let dealers = (0..4).map(|_| Dealer {
+        budget: budget.clone(),
+    });
+    let mut g = Deals::launch(dealers.collect(), Cpu).unwrap();
+    assert_eq!(g.execute().unwrap(), vec![1; 4]);
+    // Rank 0's value goes to 4 readers: a clone for each but the last. The second clone
+    // panics: one reader has its copy, the others must hear of the failure, not wait.
+    budget.store(1, std::sync::atomic::Ordering::SeqCst);
+    match g.execute() {
+        Err(Error::Panic {
+            rank: 0, message, ..
+        }) => assert_eq!(message, "clone budget exhausted"),
+        other => panic!("expected rank 0's panic, got {other:?}"),
+    }
+    // The panic poisoned rank 0's actor; the others are fine, and nothing waits.
+    assert!(matches!(g.execute(), Err(Error::Poisoned { rank: 0, .. })));
+}

@@ -546,12 +546,18 @@ impl FusedStage {
     }
 
     /// Takes part in the stage as a failed rank, so that the other ranks skip it too.
-    pub(crate) fn skip<C: Communicator>(&mut self, comm: &mut C) {
+    /// Returns the error of another rank that the communicator reported instead (under
+    /// MPI, an earlier rank's failure in another process), for the caller to weigh
+    /// against its own.
+    pub(crate) fn skip<C: Communicator>(&mut self, comm: &mut C) -> Option<Error> {
         // The verdict is "rank r failed" on every rank whatever the collective (a failed
         // rank is the first thing the agreement checks, and its collective need not match
         // the others'); the caller already has its error.
         let skip = Collective::AllReduce(crate::ReduceOp::Sum);
-        let _ = comm.stage(&Header::FAILED, skip, &mut [], &mut []);
+        match comm.stage(&Header::FAILED, skip, &mut [], &mut []) {
+            Err(StageError::Comm(e)) => Some(e),
+            _ => None,
+        }
     }
 
     /// This rank's result for a value of an in-place collective (`allreduce`,

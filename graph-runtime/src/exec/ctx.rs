@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::bucket::{Bucketable, FusedStage, Gather, Scatter, SlotIdx};
 use crate::comm::{Collective, Communicator};
+use crate::error::panic_message;
 use crate::exec::edge::{Edge, Links, RecvError, SendError};
 use crate::exec::{Activity, IN_CODE, IN_COLLECTIVE, ON_EDGE};
 use crate::method::Method;
@@ -143,6 +144,16 @@ impl<C: Communicator> StepCtx<C> {
         }
     }
 
+    /// Marks send position `at` as done, unless a value could not be encoded to leave
+    /// the process: then no consumer got it, and the failure path ([`StepCtx::drain`])
+    /// sends each a failure marker. (A panic while sending, in a user's `Clone`, leaves
+    /// the position unmarked too.)
+    fn mark_sent(&mut self, at: usize, failed: Option<&SendError>) {
+        if !matches!(failed, Some(SendError::Encode(_))) {
+            self.mark(at);
+        }
+    }
+
     /// Sends this rank's `value` to the one actor it feeds over `edge` (schedule position
     /// `at`); waits only while that actor has not taken the previous round's value.
     #[inline]
@@ -152,11 +163,11 @@ impl<C: Communicator> StepCtx<C> {
         edge: &Edge<T>,
         value: T,
     ) -> Result<(), Error> {
-        self.mark(at);
         let _span = trace::send(edge.value());
         self.activity().store(ON_EDGE, Relaxed);
         let sent = edge.send(self.rank, self.round, value);
         self.activity().store(IN_CODE, Relaxed);
+        self.mark_sent(at, sent.as_ref().err());
         sent.map_err(|e| self.send_error(edge, e))
     }
 
@@ -171,11 +182,11 @@ impl<C: Communicator> StepCtx<C> {
         value: T,
         clone: fn(&T) -> T,
     ) -> Result<(), Error> {
-        self.mark(at);
         let _span = trace::send(edge.value());
         self.activity().store(ON_EDGE, Relaxed);
         let sent = edge.send_each(self.rank, self.round, value, clone);
         self.activity().store(IN_CODE, Relaxed);
+        self.mark_sent(at, sent.as_ref().err());
         sent.map_err(|e| self.send_error(edge, e))
     }
 
@@ -183,13 +194,12 @@ impl<C: Communicator> StepCtx<C> {
     fn send_error<T>(&self, edge: &Edge<T>, e: SendError) -> Error {
         match e {
             SendError::Stopped => self.stopped(edge),
-            SendError::Encode(reason) => Error::Backend(format!(
-                "value `{}` of rank {} of group `{}` could not be encoded to leave its \
-                 process: {reason}",
-                edge.value(),
-                self.rank,
-                self.group
-            )),
+            SendError::Encode(reason) => Error::Travel {
+                group: self.group,
+                rank: self.rank,
+                value: edge.value(),
+                reason: format!("writing it: {reason}"),
+            },
         }
     }
 
@@ -229,6 +239,12 @@ impl<C: Communicator> StepCtx<C> {
                 from_group: edge.from_group(),
                 from_rank,
             },
+            RecvError::Unreadable { reason, .. } => Error::Travel {
+                group: self.group,
+                rank: self.rank,
+                value: edge.value(),
+                reason,
+            },
             RecvError::Aborted => self.stopped(edge),
         }
     }
@@ -254,7 +270,7 @@ impl<C: Communicator> StepCtx<C> {
                 Ok(own)
             }
             Ok(Err(e)) => {
-                self.mark(at);
+                self.mark_sent(at, Some(&e));
                 Err(self.send_error(edge, e))
             }
             Err((got, expected)) => Err(Error::ScatterLength {
@@ -349,7 +365,9 @@ impl<C: Communicator> StepCtx<C> {
         }
         if let Err(e) = &result {
             self.comm.note_failure(e);
-            self.drain(Some(e));
+            if let Some(earlier) = self.drain(Some(e)) {
+                result = Err(earlier);
+            }
         }
         self.links.flush(self.group, self.rank);
         result
@@ -394,19 +412,31 @@ impl<C: Communicator> StepCtx<C> {
     /// deadlocks as the normal one: every actor runs its synchronizations in one global
     /// order, which the macro's scheduler (`graph-macros/src/graph/schedule.rs`) fixes at
     /// compile time.
-    fn drain(&mut self, cause: Option<&Error>) {
+    ///
+    /// Returns the failure of an earlier rank of another process that a stage reported
+    /// (under MPI): every process reports the first failed rank's error, this one too.
+    fn drain(&mut self, cause: Option<&Error>) -> Option<Error> {
         let (rank, round) = (self.rank, self.round);
         let activity = &self.activity[self.local].0;
+        let mut earlier: Option<Error> = None;
+        let mut weigh = |reported: Option<Error>| {
+            let Some(e) = reported else { return };
+            let first = |e: &Error| e.failed_rank().unwrap_or(usize::MAX);
+            let mine = cause.map_or(usize::MAX, first);
+            if first(&e) < mine.min(earlier.as_ref().map_or(usize::MAX, first)) {
+                earlier = Some(e);
+            }
+        };
         for (at, point) in self.schedule.iter().enumerate() {
             match *point {
                 SyncPoint::Stage(idx) => {
                     if let Some(st) = self.stages.get_mut(idx) {
-                        skip_stage(st, &mut self.comm, round, activity);
+                        weigh(skip_stage(st, &mut self.comm, round, activity));
                     }
                 }
                 SyncPoint::End => {
                     if let Some(st) = &mut self.end {
-                        skip_stage(st, &mut self.comm, round, activity);
+                        weigh(skip_stage(st, &mut self.comm, round, activity));
                     }
                 }
                 SyncPoint::Send(e) | SyncPoint::Recv(e) => {
@@ -429,8 +459,9 @@ impl<C: Communicator> StepCtx<C> {
         }
         // Every stage is in the schedule; this only guards against one that is not.
         for st in self.stages.iter_mut() {
-            skip_stage(st, &mut self.comm, round, activity);
+            weigh(skip_stage(st, &mut self.comm, round, activity));
         }
+        earlier
     }
 
     fn poison(&mut self, method: Option<&'static str>, payload: Box<dyn Any + Send>) -> Error {
@@ -448,23 +479,21 @@ impl<C: Communicator> StepCtx<C> {
 }
 
 /// Joins stage `st` as a failed rank, unless this round has joined it already.
-fn skip_stage<C: Communicator>(st: &mut FusedStage, comm: &mut C, round: u64, activity: &AtomicU8) {
-    if st.last_round != round {
-        st.last_round = round;
-        activity.store(IN_COLLECTIVE, Relaxed);
-        st.skip(comm);
-        activity.store(IN_CODE, Relaxed);
+/// Returns the error of another rank the stage reported instead, if any.
+fn skip_stage<C: Communicator>(
+    st: &mut FusedStage,
+    comm: &mut C,
+    round: u64,
+    activity: &AtomicU8,
+) -> Option<Error> {
+    if st.last_round == round {
+        return None;
     }
-}
-
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "<non-string panic payload>".to_string()
-    }
+    st.last_round = round;
+    activity.store(IN_COLLECTIVE, Relaxed);
+    let reported = st.skip(comm);
+    activity.store(IN_CODE, Relaxed);
+    reported
 }
 
 /// One fused stage of one execution on one rank: add the values, pack them, run, and take

@@ -293,6 +293,13 @@ pub(crate) enum RecvError {
         /// otherwise) and the transport carried it.
         cause: Option<Error>,
     },
+    /// A value arrived from another process and could not be read.
+    Unreadable {
+        /// The producing rank.
+        from_rank: usize,
+        /// Why.
+        reason: String,
+    },
     /// The edge was aborted.
     Aborted,
 }
@@ -321,6 +328,13 @@ impl PartialEq for RecvError {
                     && cause.as_ref().map(ToString::to_string)
                         == c.as_ref().map(ToString::to_string)
             }
+            (
+                RecvError::Unreadable { from_rank, reason },
+                RecvError::Unreadable {
+                    from_rank: r,
+                    reason: w,
+                },
+            ) => from_rank == r && reason == w,
             (RecvError::Aborted, RecvError::Aborted) => true,
             _ => false,
         }
@@ -441,21 +455,22 @@ impl<T: Send + 'static> Edge<T> {
         let Some(codec) = &self.codec else {
             return Err(RecvError::Aborted);
         };
-        let mut got = None;
+        let mut got = Ok(None);
         let arrived = port.recv(round, &mut |r| {
-            got = (codec.decode)(r);
-            got.is_some()
+            got = codec.read(r);
+            matches!(got, Ok(Some(_)))
         });
+        let unread = |why: &str| RecvError::Unreadable {
+            from_rank,
+            reason: format!(
+                "reading what rank {from_rank} of group `{}` sent: {why}",
+                self.from_group
+            ),
+        };
         match (arrived, got) {
-            (Ok(()), Some(v)) => Ok(v),
-            (Ok(()), None) => Err(RecvError::Failed {
-                from_rank,
-                cause: Some(Error::Backend(format!(
-                    "value `{}` of group `{}` arrived from rank {from_rank} in a form this \
-                     process cannot read (another program?)",
-                    self.value, self.from_group
-                ))),
-            }),
+            (Ok(()), Ok(Some(v))) => Ok(v),
+            (Ok(()), Ok(None)) => Err(unread("it does not decode (sent by another program?)")),
+            (Ok(()), Err(why)) => Err(unread(&why)),
             (Err(Missed::Failed(cause)), _) => Err(RecvError::Failed { from_rank, cause }),
             (Err(Missed::Skipped), _) => Err(RecvError::failed(from_rank)),
             (Err(Missed::Aborted), _) => Err(RecvError::Aborted),

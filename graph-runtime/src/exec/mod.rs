@@ -893,7 +893,7 @@ fn make_actor<A>(
     size: usize,
 ) -> Result<A, Error> {
     let made = catch_unwind(AssertUnwindSafe(|| make(rank, size))).unwrap_or_else(|panic| {
-        Err(format!("it panicked: {}", ctx::panic_message(&*panic)).into())
+        Err(format!("it panicked: {}", crate::error::panic_message(&*panic)).into())
     });
     made.map_err(|source| Error::ActorInit {
         group,

@@ -874,11 +874,18 @@ impl Node {
         }
         let failed_rank = headers.iter().position(|(h, _)| h.status == Status::Failed);
         if let Some(rank) = failed_rank {
-            let failure = headers.iter().find_map(|(_, f)| f.clone());
-            let first_here = self.offsets[self.process];
-            let here = headers[first_here..first_here + posts.len()]
-                .iter()
-                .any(|(h, _)| h.status == Status::Failed);
+            // The error every process reports: the first in rank order. The process
+            // that hosts its rank reports it from there; the others learn it here, and
+            // so does a rank of theirs that failed too (see `StepCtx::drain`).
+            let first = headers.iter().position(|(_, f)| f.is_some());
+            let failure = first.and_then(|q| headers[q].1.clone());
+            let local = self.offsets[self.process]..self.offsets[self.process] + posts.len();
+            let here = match first {
+                Some(q) => local.contains(&q),
+                None => headers[local]
+                    .iter()
+                    .any(|(h, _)| h.status == Status::Failed),
+            };
             return Err(Outcome::Failed {
                 rank,
                 failure,

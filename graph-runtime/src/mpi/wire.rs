@@ -123,6 +123,12 @@ pub(crate) enum Failure {
     },
     /// [`Error::Poisoned`].
     Poisoned { rank: usize, message: String },
+    /// [`Error::Travel`]: the value and why.
+    Travel {
+        rank: usize,
+        value: String,
+        reason: String,
+    },
 }
 
 impl Failure {
@@ -153,6 +159,16 @@ impl Failure {
             Error::Poisoned { rank, message, .. } => Failure::Poisoned {
                 rank: *rank,
                 message: message.clone(),
+            },
+            Error::Travel {
+                rank,
+                value,
+                reason,
+                ..
+            } => Failure::Travel {
+                rank: *rank,
+                value: (*value).to_string(),
+                reason: reason.clone(),
             },
             _ => return None,
         })
@@ -186,6 +202,16 @@ impl Failure {
                 rank: *rank,
                 message: message.clone(),
             },
+            Failure::Travel {
+                rank,
+                value,
+                reason,
+            } => Error::Travel {
+                group,
+                rank: *rank,
+                value: intern(value),
+                reason: reason.clone(),
+            },
         }
     }
 
@@ -204,6 +230,11 @@ impl Failure {
                 message,
             }) => (2, rank, method.as_deref(), message),
             Some(Failure::Poisoned { rank, message }) => (3, rank, None, message),
+            Some(Failure::Travel {
+                rank,
+                value,
+                reason,
+            }) => (4, rank, Some(value.as_str()), reason),
         };
         out.extend([kind, *rank as u64, u64::from(a.is_some())]);
         put_str(a.unwrap_or(""), out);
@@ -232,6 +263,11 @@ impl Failure {
                 message,
             },
             3 => Failure::Poisoned { rank, message },
+            4 => Failure::Travel {
+                rank,
+                value: method,
+                reason: message,
+            },
             _ => return None,
         }))
     }
@@ -361,6 +397,11 @@ mod tests {
                 rank: 2,
                 message: "twelve bytes".into(),
             }),
+            Some(Failure::Travel {
+                rank: 3,
+                value: "grads".into(),
+                reason: "writing it: it panicked: no".into(),
+            }),
         ];
         let mut words = Vec::new();
         for f in &failures {
@@ -375,6 +416,12 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "method `step` failed on rank 5 of group `workers`: bad input: ünïcode"
+        );
+        let e = failures[4].as_ref().unwrap().to_error("workers");
+        assert_eq!(
+            e.to_string(),
+            "value `grads` could not cross processes on rank 3 of group `workers`: writing \
+             it: it panicked: no"
         );
     }
 }

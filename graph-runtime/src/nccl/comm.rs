@@ -579,9 +579,10 @@ impl Communicator for NcclComm {
 }
 
 impl NcclComm {
-    /// A stage that a failed rank skipped: when that rank is in another process (and
-    /// none of this process's failed), its own error, which travelled with its post, so
-    /// that every process reports the same one. The group stays usable.
+    /// A stage that a failed rank skipped: when the first failed rank is in another
+    /// process, its own error, which travelled with its post, so that every process
+    /// reports the same one (a failed rank here that comes later reports it instead of its
+    /// own, see `StepCtx::drain`). The group stays usable.
     fn with_remote_failure(&self, r: Result<(), StageError>) -> Result<(), StageError> {
         #[cfg(feature = "mpi")]
         if let Err(StageError::Disagreed(Disagreement::Failed { .. })) = &r {

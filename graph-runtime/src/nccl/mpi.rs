@@ -291,7 +291,7 @@ pub(super) struct Across {
     /// on a communicator of its own.
     census: Census,
     /// Every rank's post of the round under way, by global rank, and the failure that
-    /// travelled from another process (when none of this process's ranks failed).
+    /// travelled from another process (when it is the first failure in rank order).
     decided: RwLock<Decided>,
     /// The error of each local rank's step, until its next stage carries it.
     failures: Box<[Mutex<Option<Failure>>]>,
@@ -350,15 +350,15 @@ impl Across {
     /// polls (`mpi/wait.rs`), so that a timeout is not stuck behind a process whose rank is
     /// late, and what it gave up on stays pending in MPI, its buffers leaked.
     pub(super) fn exchange<'p>(&self, local: impl ExactSizeIterator<Item = &'p Post>) -> bool {
-        let mut words = vec![local.len() as u64];
-        let mut failed_here = false;
+        let n = local.len();
+        let mut words = vec![n as u64];
         for (l, post) in local.enumerate() {
             let failure = self.failures.get(l).and_then(|f| lock(f).take());
             // A failure of an earlier execution that no stage carried is stale.
             let failure = failure.filter(|_| post.failed);
-            failed_here |= post.failed;
             encode_post(post, failure.as_ref(), &mut words);
         }
+        let here = self.first..self.first + n;
         let stop = || self.aborted.load(SeqCst);
         if stop() {
             return false;
@@ -371,8 +371,11 @@ impl Across {
         decided.remote_failure = None;
         match decoded {
             Some(posts) => {
-                if !failed_here {
-                    decided.remote_failure = posts.iter().find_map(|(_, f)| f.clone());
+                // The first failure in rank order, which every process reports: this
+                // process's ranks report it from here when it is theirs.
+                let first = posts.iter().position(|(_, f)| f.is_some());
+                if let Some(q) = first.filter(|q| !here.contains(q)) {
+                    decided.remote_failure = posts[q].1.clone();
                 }
                 decided.posts = posts.into_iter().map(|(p, _)| p).collect();
             }
@@ -386,8 +389,8 @@ impl Across {
         self.decided.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The error of a failed rank of another process, for a stage that found one failed
-    /// rank and none of this process's.
+    /// The error of a failed rank of another process, the first in rank order, for a
+    /// stage that found a failed rank.
     pub(super) fn remote_failure(&self) -> Option<Error> {
         let decided = self.decided();
         decided
