@@ -68,6 +68,23 @@ fn launches_that_differ_between_processes_fail_on_every_process() {
 }
 
 #[test]
+fn a_process_that_panics_ends_the_run_without_a_hang() {
+    // Not the watchdog: MPI_Abort, from the panicking process's unwinding.
+    let run = mpirun("panics", &[1, 1, 1], SHM);
+    assert!(!run.success, "{}", run.output);
+    assert!(
+        run.output.contains("process 1 panics now"),
+        "{}",
+        run.output
+    );
+    assert!(
+        run.output.contains("MPI_Abort ends every process"),
+        "{}",
+        run.output
+    );
+}
+
+#[test]
 fn a_process_that_dies_ends_the_run_without_a_hang() {
     let run = mpirun("dies", &[1, 1, 1], SHM);
     assert!(!run.success, "{}", run.output);
@@ -101,6 +118,7 @@ fn worker() {
         "failures" => failures(&mpi, here, size),
         "launch" => launch(&mpi, here),
         "dies" => dies(&mpi, here),
+        "panics" => panics(&mpi, here),
         other => panic!("no scenario {other}"),
     }
     println!("process {process}: scenario done");
@@ -871,6 +889,18 @@ fn launch(mpi: &Mpi, here: std::ops::Range<usize>) {
     // And then a launch that works.
     let mut g = Fails::launch(make(), mpi).unwrap();
     assert_eq!(g.execute(Trouble::None).unwrap().len(), here.len());
+}
+
+fn panics(mpi: &Mpi, here: std::ops::Range<usize>) {
+    let mut g = Fails::launch(here.map(|rank| F { rank }).collect::<Vec<_>>(), mpi).unwrap();
+    g.execute(Trouble::None).unwrap();
+    if mpi.process() == 1 {
+        // Unwinds with the graph and MPI alive.
+        panic!("process 1 panics now");
+    }
+    // The others wait in the next stage for process 1, until MPI_Abort ends them.
+    let _ = g.execute(Trouble::None);
+    panic!("a stage completed without process 1");
 }
 
 fn dies(mpi: &Mpi, here: std::ops::Range<usize>) {

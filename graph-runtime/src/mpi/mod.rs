@@ -90,6 +90,27 @@ pub(crate) struct World {
     _universe: Universe,
 }
 
+impl Drop for World {
+    fn drop(&mut self) {
+        // A process that unwinds from a panic with MPI alive would end MPI next
+        // (`MPI_Finalize`), which waits for every other process, while they may wait in a
+        // stage for this one: no process would ever return. `MPI_Abort` ends them all
+        // instead, as the MPI runtime ends a run whose process exits without finalizing.
+        if std::thread::panicking() {
+            eprintln!(
+                "actorgraph: process {} of {} panicked with MPI running; MPI_Abort ends \
+                 every process of the run",
+                self.process, self.processes
+            );
+            let comm = self.comm.lock().unwrap_or_else(PoisonError::into_inner);
+            comm.0.abort(PANICKED);
+        }
+    }
+}
+
+/// The exit code of a run that `MPI_Abort` ended after a panic (Rust's own for a panic).
+const PANICKED: i32 = 101;
+
 /// The MPI backend: the processes of `mpirun -np P` as one set of ranks.
 ///
 /// Made once per process by [`Mpi::init`]; pass `&mpi` to a graph's `launch`. A launch
@@ -99,7 +120,9 @@ pub(crate) struct World {
 /// on every process ([`Error::GraphMismatch`], [`Error::ProcessLayout`]).
 ///
 /// Dropping the last `Mpi` and every graph launched over it ends MPI (`MPI_Finalize`):
-/// drop them on the main thread, before `main` returns.
+/// drop them on the main thread, before `main` returns. If that drop happens while the
+/// thread unwinds from a panic, it calls `MPI_Abort` instead, which ends every process of
+/// the run: the others may be waiting for this one, and would wait forever.
 pub struct Mpi {
     world: Arc<World>,
     /// The groups of the graph being launched, with their layout and communicator, from
