@@ -698,6 +698,38 @@ mod tests {
         );
     }
 
+    /// A user type whose `Travel` panics: writing when `0`, reading when `1`.
+    struct Grumpy(u8);
+
+    impl Travel for Grumpy {
+        fn encode(&self, w: &mut Writer) {
+            assert_ne!(self.0, 0, "no writing today");
+            self.0.encode(w);
+        }
+        fn decode(r: &mut Reader<'_>) -> Option<Self> {
+            let b = u8::decode(r)?;
+            assert_ne!(b, 1, "no reading today");
+            Some(Grumpy(b))
+        }
+    }
+
+    #[test]
+    fn a_user_codec_that_panics_is_an_error_on_either_side() {
+        let codec = (&&&Probe::<Grumpy>::NEW).codec().unwrap();
+        let why = Outgoing::new(Grumpy(0), &codec).err().unwrap();
+        assert!(why.starts_with("it panicked: "), "{why}");
+        assert!(why.contains("no writing today"), "{why}");
+        let read = |b: u8| {
+            let out = Outgoing::new(Grumpy(b), &codec).unwrap();
+            let mut fill = |_: &mut [u8]| true;
+            let mut r = Reader::new(out.writer().head(), &[], &mut fill);
+            codec.read(&mut r).map(|g| g.map(|g| g.0))
+        };
+        assert_eq!(read(2), Ok(Some(2)));
+        let why = read(1).unwrap_err();
+        assert!(why.contains("no reading today"), "{why}");
+    }
+
     #[test]
     fn garbage_is_refused_not_a_panic() {
         assert_eq!(decode::<Vec<f64>>(&[255; 8]), None);
