@@ -463,13 +463,14 @@ fn fmt_counts(counts: &[(crate::DType, usize)], shapes: &[Vec<usize>]) -> String
 
 impl Error {
     /// The rank whose own failure this error is (a method's error or panic, a poisoned
-    /// actor, a value that could not travel), if it is one.
+    /// actor, a value that could not travel or be scattered), if it is one.
     pub(crate) fn failed_rank(&self) -> Option<usize> {
         match self {
             Error::Method { rank, .. }
             | Error::Panic { rank, .. }
             | Error::Poisoned { rank, .. }
-            | Error::Travel { rank, .. } => Some(*rank),
+            | Error::Travel { rank, .. }
+            | Error::ScatterLength { rank, .. } => Some(*rank),
             _ => None,
         }
     }
