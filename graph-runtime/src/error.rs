@@ -508,6 +508,16 @@ impl Error {
     }
 }
 
+/// Runs user code `f`; a panic in it is `Err` with its message ("it panicked: ..."). The
+/// payload is forgotten, not dropped: its own drop could panic.
+pub(crate) fn caught<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+        let message = panic_message(&*payload);
+        std::mem::forget(payload);
+        format!("it panicked: {message}")
+    })
+}
+
 /// The message of a caught panic's payload (a `&str` or a `String`, as `panic!` makes).
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {

@@ -30,6 +30,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use crate::error::caught;
 use crate::{Element, Error, Tensor};
 
 /// Buffers of at most this many bytes go inline, in the message's head; larger ones as a
@@ -513,18 +514,8 @@ impl<T> Codec<T> {
     /// user's, perhaps) panicked. Either way the caller still owns the stream and keeps it
     /// in step.
     pub(crate) fn read(&self, r: &mut Reader<'_>) -> Result<Option<T>, String> {
-        caught(|| Ok((self.decode)(r)))
+        caught(|| (self.decode)(r))
     }
-}
-
-/// Runs `f`, a panic in it as an `Err` with its message. (The payload is forgotten, not
-/// dropped: its own drop could panic.)
-fn caught<R>(f: impl FnOnce() -> Result<R, String>) -> Result<R, String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let message = crate::error::panic_message(&*payload);
-        std::mem::forget(payload);
-        Err(format!("it panicked: {message}"))
-    })
 }
 
 impl<T> Clone for Codec<T> {
@@ -625,7 +616,7 @@ impl Outgoing {
         let mut writer = Writer::new();
         // The encoder may be the user's (`Travel`, `Serialize`): its panic is this
         // value's error, not the step's, so that the step still tells its consumers.
-        caught(|| (codec.encode)(&kept, &mut writer))?;
+        caught(|| (codec.encode)(&kept, &mut writer))??;
         Ok(Arc::new(Outgoing {
             writer,
             _kept: std::sync::Mutex::new(kept),

@@ -418,13 +418,16 @@ impl<C: Communicator> StepCtx<C> {
     fn drain(&mut self, cause: Option<&Error>) -> Option<Error> {
         let (rank, round) = (self.rank, self.round);
         let activity = &self.activity[self.local].0;
+        // The earliest failed rank so far (this one's, if its error is its own) and the
+        // error of an earlier one, reported by a stage.
+        let mut first = cause.and_then(Error::failed_rank).unwrap_or(usize::MAX);
         let mut earlier: Option<Error> = None;
         let mut weigh = |reported: Option<Error>| {
-            let Some(e) = reported else { return };
-            let first = |e: &Error| e.failed_rank().unwrap_or(usize::MAX);
-            let mine = cause.map_or(usize::MAX, first);
-            if first(&e) < mine.min(earlier.as_ref().map_or(usize::MAX, first)) {
-                earlier = Some(e);
+            if let Some(e) = reported {
+                if let Some(r) = e.failed_rank().filter(|&r| r < first) {
+                    first = r;
+                    earlier = Some(e);
+                }
             }
         };
         for (at, point) in self.schedule.iter().enumerate() {

@@ -35,7 +35,6 @@ pub use rank::Ctx;
 
 use std::any::Any;
 use std::marker::PhantomData;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -44,6 +43,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::comm::{AbortHandle, Backend, Communicator, RankState};
+use crate::error::caught;
 use crate::sync::prims::{AtomicBool, AtomicU64};
 use crate::sync::{Cells, Epoch};
 use crate::{BoxError, Error};
@@ -892,9 +892,7 @@ fn make_actor<A>(
     rank: usize,
     size: usize,
 ) -> Result<A, Error> {
-    let made = catch_unwind(AssertUnwindSafe(|| make(rank, size))).unwrap_or_else(|panic| {
-        Err(format!("it panicked: {}", crate::error::panic_message(&*panic)).into())
-    });
+    let made = caught(|| make(rank, size)).unwrap_or_else(|why| Err(why.into()));
     made.map_err(|source| Error::ActorInit {
         group,
         rank,
