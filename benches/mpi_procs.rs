@@ -14,7 +14,9 @@
 //! `MPI_PROCS_BENCH` picks the run (the script sets it):
 //! - unset or `procs`: the table above, one actor per process;
 //! - `hier`: a fused allreduce from 1 MiB with `MPI_PROCS_ACTORS` actors per process (2);
-//! - `flat`: `MPI_Allreduce` from 1 MiB, one rank per process.
+//! - `flat`: `MPI_Allreduce` from 1 MiB, one rank per process;
+//! - `many`: only the 64 x 1 KiB stage, 15 samples of 4000, for a profiler (`perf record`
+//!   on each process).
 //!
 //! `hier` and `flat` print one `sample MODE BYTES NANOSECONDS` line per sample, which the
 //! script puts side by side (2 processes x 2 actors against 4 flat processes).
@@ -56,6 +58,14 @@ graph! {
 graph! {
     Many(workers: [Worker]) {
         allreduce(workers.many(), Sum)
+    }
+}
+
+/// A worker whose `many` is 64 tensors of 1 KiB.
+fn worker_many() -> Worker {
+    Worker {
+        grad: Tensor::full([1], 1.0),
+        many: (0..64).map(|_| Tensor::full([256], 0.5)).collect(),
     }
 }
 
@@ -133,11 +143,23 @@ fn main() -> Result<(), actorgraph::Error> {
             flat(&world);
             return Ok(());
         }
+        Ok("many") => {
+            // Only the 64 x 1 KiB stage, long enough for a profiler.
+            let mut g = Many::launch(vec![worker_many()], &mpi)?;
+            let fused = samples(&world, 4000, || {
+                std::hint::black_box(g.execute().expect("execute"));
+            });
+            if me == 0 {
+                let [lo, mid, hi] = stats(fused);
+                println!("64 x 1 KiB stage: {} / {} / {}", fmt(lo), fmt(mid), fmt(hi));
+            }
+            return Ok(());
+        }
         _ => {}
     }
     let worker = |elems: usize| Worker {
         grad: Tensor::full([elems], 1.0 + me as f32),
-        many: (0..64).map(|_| Tensor::full([256], 0.5)).collect(),
+        ..worker_many()
     };
 
     // The cost of `launch`: agreement, a communicator per group, threads.

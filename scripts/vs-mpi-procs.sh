@@ -3,7 +3,9 @@
 # processes, the same bytes, side by side in one run (benches/mpi_procs.rs under mpirun).
 # A benchmark, not a test: CI does not run it.
 #
-# usage: scripts/vs-mpi-procs.sh [PROCESSES]     (default: 2, one actor each)
+# usage: scripts/vs-mpi-procs.sh [PROCESSES]     (default: 2, one actor each), and the
+#                                                 bound of its 64 x 1 KiB row on this
+#                                                 machine (scripts/vs-mpi/floor.c)
 #        BENCH=hier scripts/vs-mpi-procs.sh       2 processes x 2 actors (a fused allreduce)
 #                                                 against MPI_Allreduce over 4 flat
 #                                                 processes, from 1 MiB, ROUNDS (3) runs of
@@ -31,7 +33,15 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 echo "== $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$bench_kind" = procs ] || [ "$bench_kind" = all ]; then
+    # The bound of the 64 x 1 KiB row: one copy into shared memory and one fold of 64 KiB
+    # per rank (scripts/vs-mpi/floor.c), before and after the run (the host's speed moves).
+    mkdir -p target/vs-mpi
+    cc -O3 -march=native -pthread -o target/vs-mpi/floor scripts/vs-mpi/floor.c
+    floor() { target/vs-mpi/floor "$procs" 65536 | awk '{printf "%.2f / %.2f / %.2f µs", $2 / 1e3, $3 / 1e3, $4 / 1e3}'; }
+    before=$(floor)
     mpirun "${mpi_flags[@]}" -np "$procs" "$bench" --bench
+    echo
+    echo "copy and fold of 64 KiB between $procs ranks (scripts/vs-mpi/floor.c), min / median / max: $before before, $(floor) after"
 fi
 if [ "$bench_kind" = hier ] || [ "$bench_kind" = all ]; then
     samples=$(mktemp)
