@@ -7,11 +7,11 @@
 //! shared-memory transport copies a message twice or through the kernel (CMA), and matches
 //! it to a receive first; here a leader's fold reads the other processes' values in place.
 //!
-//! Each process has two mailboxes and uses them in turn, one per round. A leader writes a
-//! mailbox again two rounds later, and only after every other leader has counted the round
-//! in between, so after each has stopped reading it: one counter a round is the only
-//! synchronisation. A leader that gives up a round (an abort) never writes its mailboxes
-//! again.
+//! Each process has [`BOXES`] mailboxes and uses them in turn, one per round. A leader
+//! writes a mailbox again [`BOXES`] rounds later, and only after every other leader has
+//! counted the round before, so after each has stopped reading it: one counter a round is
+//! the only synchronisation (two mailboxes would do). A leader that gives up a round (an
+//! abort) never writes its mailboxes again.
 
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
@@ -25,6 +25,17 @@ use super::wait::Abandoned;
 
 /// A cache line: each counter and each message starts on one of its own.
 const LINE: usize = 64;
+
+/// Mailboxes per process, used in turn: 16 of 64 KiB rotate over 1 MiB, as much as a
+/// core's L2 cache holds (512 KiB to 2 MiB on current x86). The lines of a mailbox
+/// written again have then mostly left the L2 of the cores that read it: with two, each
+/// store into a line another core still held waited for that copy to be invalidated, and
+/// the copy of a 64 KiB message into the mailbox took 7-8 µs of a 13-14 µs stage, against
+/// 3-4 µs of 9-10 µs with 16 (BENCHMARKS.md, issue 14, 2026-12-03).
+const BOXES: usize = 16;
+
+// A mailbox may be written again only after the round that read it: at least two.
+const _: () = assert!(BOXES >= 2);
 
 /// Checks of a counter before a waiting leader yields its thread between checks.
 const SPINS: u32 = 256;
@@ -132,9 +143,9 @@ impl Mailboxes {
         let at = self.message_at(self.process, self.round);
         // SAFETY: `at..at + len` lies in the mapping (`message_at`, `len <= cap`), which
         // lives as long as `self`. No other process reads this mailbox now: each read it
-        // last two rounds ago, and every one of them has counted the round since (the
-        // `exchange` that completed the last round waited for it, and a broken one never
-        // comes here), which it does only once its reads are over. The slice borrows
+        // last `BOXES` (at least two) rounds ago, and every one of them has counted a
+        // round since (the `exchange` that completed the last round waited for it, and a
+        // broken one never comes here), which it does only once its reads are over. The slice borrows
         // `self` mutably, so `inbox` cannot hand out this mailbox meanwhile.
         Some(unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(at), len) })
     }
@@ -215,7 +226,8 @@ impl Mailboxes {
     /// Where process `q`'s length word for `round` lies: one line per mailbox, then its
     /// message.
     fn length_at(&self, q: usize, round: u64) -> usize {
-        let mailbox = usize::from(round % 2 == 1);
+        // Below `BOXES`, so the cast back to `usize` is exact.
+        let mailbox = (round % BOXES as u64) as usize;
         q * stride(self.cap) + LINE + mailbox * (LINE + self.cap)
     }
 
@@ -233,10 +245,10 @@ enum Backing {
     Heap(#[allow(dead_code)] std::sync::Arc<[AtomicU64]>),
 }
 
-/// The bytes of one process's part of the segment: its counter's line, then two mailboxes
-/// (each a line for its length, then `cap` bytes).
+/// The bytes of one process's part of the segment: its counter's line, then [`BOXES`]
+/// mailboxes (each a line for its length, then `cap` bytes).
 fn stride(cap: usize) -> usize {
-    LINE + 2 * (LINE + cap)
+    LINE + BOXES * (LINE + cap)
 }
 
 impl Drop for Mailboxes {
@@ -356,7 +368,7 @@ mod tests {
     use std::sync::atomic::AtomicU64;
     use std::sync::Arc;
 
-    use super::{stride, Backing, Mailboxes, LINE};
+    use super::{stride, Backing, Mailboxes, BOXES, LINE};
 
     /// Process `process`'s mailboxes in `memory`, which holds `processes` of them.
     fn on_heap(
@@ -394,7 +406,8 @@ mod tests {
     #[test]
     fn every_process_reads_every_message_of_each_round() {
         let (processes, cap) = (3, 2 * LINE);
-        let rounds = if cfg!(miri) { 5 } else { 2000 };
+        // Under Miri too, every mailbox is written again.
+        let rounds = if cfg!(miri) { BOXES + 3 } else { 2000 };
         let memory = memory(processes, cap);
         let threads: Vec<_> = (0..processes)
             .map(|p| {
