@@ -3,13 +3,15 @@
  * pays, MPI's shared-memory transport and actorgraph's MPI stage alike. Each rank (a
  * thread here: the same caches and lines as processes) copies its input into its own
  * mailbox, counts the round, waits until every other rank has counted it, and sums every
- * rank's mailbox, in rank order, into its result. Two mailboxes per rank, used in turn,
- * so one counter a round is the only synchronisation (as in actorgraph's `mpi/shm.rs`).
+ * rank's mailbox, in rank order, into its result. BOXES mailboxes per rank, used in turn,
+ * so one counter a round is the only synchronisation, and a mailbox written again has
+ * left the readers' caches (as in actorgraph's `mpi/shm.rs`; BOXES=2 shows the cost of
+ * writing lines another core still holds).
  * No headers, no agreement, no failure model. Not a bound for threads of one process,
  * which read each other's values where they are (actorgraph's `Cpu` backend does).
  * Timed as allreduce.c times MPI_Allreduce; FLOOR_PIN=1 pins rank r to CPU r.
  *
- * usage: floor RANKS BYTES...
+ * usage: [BOXES=16] floor RANKS BYTES...
  * prints one line per size: "BYTES MIN_NS MEDIAN_NS MAX_NS SAMPLES" */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -25,14 +27,16 @@
 #define SAMPLE_NS 40e6
 #define SPINS 256
 #define MAX_RANKS 64
+#define MAX_BOXES 64
 
 struct rank {
     _Alignas(64) atomic_long round;
-    float *mailbox[2];
+    float *mailbox[MAX_BOXES];
 };
 
 static struct rank ranks[MAX_RANKS];
 static int nranks;
+static int nboxes = 16;
 static long count;
 static pthread_barrier_t gate;
 /* Set by rank 0 between two passes of `gate`, read by every rank after the second. */
@@ -51,7 +55,7 @@ static int cmp(const void *a, const void *b) {
 }
 
 static void allreduce(int me, long round, const float *restrict in, float *restrict out) {
-    float *mine = ranks[me].mailbox[round & 1];
+    float *mine = ranks[me].mailbox[round % nboxes];
     memcpy(mine, in, (size_t)count * 4);
     atomic_store_explicit(&ranks[me].round, round, memory_order_release);
     for (int q = 0; q < nranks; q++) {
@@ -63,10 +67,10 @@ static void allreduce(int me, long round, const float *restrict in, float *restr
                 sched_yield();
         }
     }
-    const float *restrict first = ranks[0].mailbox[round & 1];
+    const float *restrict first = ranks[0].mailbox[round % nboxes];
     for (long i = 0; i < count; i++) out[i] = first[i];
     for (int q = 1; q < nranks; q++) {
-        const float *restrict src = ranks[q].mailbox[round & 1];
+        const float *restrict src = ranks[q].mailbox[round % nboxes];
         for (long i = 0; i < count; i++) out[i] += src[i];
     }
 }
@@ -103,7 +107,7 @@ static void *run(void *arg) {
         if (me == 0) {
             count = bytes / 4 > 0 ? bytes / 4 : 1;
             for (int q = 0; q < nranks; q++)
-                for (int m = 0; m < 2; m++) {
+                for (int m = 0; m < nboxes; m++) {
                     free(ranks[q].mailbox[m]);
                     ranks[q].mailbox[m] = aligned_alloc(64, ((size_t)count * 4 + 63) / 64 * 64);
                     memset(ranks[q].mailbox[m], 0, (size_t)count * 4);
@@ -134,8 +138,10 @@ static void *run(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3 || (nranks = atoi(argv[1])) < 1 || nranks > MAX_RANKS) {
-        fprintf(stderr, "usage: %s RANKS BYTES...\n", argv[0]);
+    if (getenv("BOXES")) nboxes = atoi(getenv("BOXES"));
+    if (argc < 3 || (nranks = atoi(argv[1])) < 1 || nranks > MAX_RANKS || nboxes < 2 ||
+        nboxes > MAX_BOXES) {
+        fprintf(stderr, "usage: [BOXES=2..%d] %s RANKS BYTES...\n", MAX_BOXES, argv[0]);
         return 2;
     }
     pthread_barrier_init(&gate, NULL, (unsigned)nranks);
