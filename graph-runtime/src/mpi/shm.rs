@@ -145,8 +145,8 @@ impl Mailboxes {
         // lives as long as `self`. No other process reads this mailbox now: each read it
         // last `BOXES` (at least two) rounds ago, and every one of them has counted a
         // round since (the `exchange` that completed the last round waited for it, and a
-        // broken one never comes here), which it does only once its reads are over. The slice borrows
-        // `self` mutably, so `inbox` cannot hand out this mailbox meanwhile.
+        // broken one never comes here), which it does only once its reads are over. The
+        // slice borrows `self` mutably, so `inbox` cannot hand out this mailbox meanwhile.
         Some(unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().add(at), len) })
     }
 
