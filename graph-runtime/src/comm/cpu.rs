@@ -12,7 +12,7 @@
 //! | --- | --- | --- |
 //! | allreduce of at most 256 B per rank (`EAGER_BYTES`) | nothing: every rank copied its header and values into its post before the barrier (see `Eager`), and now checks every copy and reduces all of them, in rank order, into its own region | 1 |
 //! | allreduce | rank r reduces its 1/N chunk of every region, in rank order, block by block, and writes each block into every rank's region | 2 |
-//! | allreduce of 1 MiB or more | the same, but each block goes into rank 0's region only, which rank 0 then hands to every rank (`exchange_results`) | 3 |
+//! | allreduce of 256 KiB or more | the same, but each block goes into rank 0's region only, which rank 0 then hands to every rank (`exchange_results`) | 3 |
 //! | reduce | the same, but writes each block into the root's region only | 2 |
 //! | reducescatter | rank r reduces its chunk of every value, in rank order, into its output region | 2 |
 //! | allgather | rank r copies every rank's part of every value into its output region | 2 |
@@ -825,11 +825,14 @@ impl Communicator for CpuComm {
 
 /// An allreduce whose values add up to at least this many bytes writes its results once,
 /// into rank 0's buffers, which every rank's outputs then view (one extra barrier to hand
-/// them over): large results are bound by memory bandwidth, and writing one copy instead of
-/// one per rank halves the writes of 2 ranks. Smaller ones write every rank's own buffer,
-/// which costs no extra barrier. (Under Miri, 1 KiB, so that tests reach the shared path
-/// with few elements.)
-const SHARE_BYTES: usize = if cfg!(miri) { 1 << 10 } else { 1 << 20 };
+/// them over): writing one copy instead of one per rank halves the writes of 2 ranks, and
+/// removes those into the lines of another rank's buffer, which its core last held.
+/// Smaller ones write every rank's own buffer, which costs no extra barrier. On the 2-vCPU
+/// AMD host, sharing made 256 KiB allreduces of 2 to 8 actors 20-35 % faster, and did not
+/// pay at 64 or 128 KiB (BENCHMARKS.md, issue 16, 2026-12-03, fifth session; it was 1 MiB
+/// before, a choice not measured). (Under Miri, 1 KiB, so that tests reach the shared
+/// path with few elements.)
+const SHARE_BYTES: usize = if cfg!(miri) { 1 << 10 } else { 256 << 10 };
 
 /// Which other ranks' regions a reduced block is also written to.
 #[derive(Clone, Copy)]
