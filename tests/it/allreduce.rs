@@ -47,6 +47,9 @@ impl Worker {
         self.calls += 1;
         Tensor::full([1], self.calls as i32)
     }
+    fn scalar(&mut self) -> f32 {
+        (self.rank + 1) as f32
+    }
     fn matrix(&mut self) -> Tensor<f32> {
         Tensor::from_vec((0..6).map(|i| i as f32).collect(), [2, 3]).unwrap()
     }
@@ -109,6 +112,12 @@ graph! {
         let a = workers.sized(n);
         let b = workers.count();
         allreduce([a, b])
+    }
+
+    BigAndScalar(workers: [Worker], n: usize) {
+        let a = workers.sized(n);
+        let s = workers.scalar();
+        allreduce([a, s])
     }
 
     ByValue(workers: [Worker], x: Tensor<f32>) {
@@ -364,4 +373,60 @@ fn a_large_allreduce_shares_one_result_buffer_between_ranks() {
     drop(third);
     let fourth = g.execute(n).unwrap();
     assert_eq!(fourth[1].0.as_slice().as_ptr(), ptr);
+}
+
+/// The stage keeps its layout between executions and rewrites only what changed: a layout
+/// that changes (lengths, a value emptied, small and shared results in turn) still
+/// reduces every value right.
+#[test]
+fn a_layout_that_changes_between_executions_reduces_every_value() {
+    let mut g = Lengths::launch(workers(3), Cpu).unwrap();
+    let want = |n: usize| (0..n).map(|i| (3 * i + 3) as f32).collect::<Vec<_>>();
+    for (n1, n2, n3) in [
+        (3, 5, 7),
+        (3, 5, 7),
+        (3, 9, 7),
+        (70_000, 1, 2),
+        (1, 2, 3),
+        (100_000, 0, 100_000),
+        (3, 5, 7),
+    ] {
+        for (a, b, c) in g.execute(n1, n2, n3).unwrap() {
+            assert_eq!(
+                (a.shape(), b.shape(), c.shape()),
+                (&[n1][..], &[n2][..], &[n3][..])
+            );
+            assert_eq!(
+                (a.to_vec(), b.to_vec(), c.to_vec()),
+                (want(n1), want(n2), want(n3))
+            );
+        }
+    }
+}
+
+/// A shared result buffer is handed back for reuse even when a value of the bucket is
+/// copied out rather than viewed (a scalar): no reference to it is left behind.
+#[test]
+fn a_shared_result_buffer_is_reused_when_a_value_is_copied_out() {
+    let n = 100_000; // 400 KB of f32: results shared
+    let mut g = BigAndScalar::launch(workers(3), Cpu).unwrap();
+    let first = g.execute(n).unwrap();
+    for (a, s) in &first {
+        assert!(a.shares_storage(&first[0].0));
+        assert!(a
+            .as_slice()
+            .iter()
+            .enumerate()
+            .all(|(i, &v)| v == (3 * i + 3) as f32));
+        assert_eq!(*s, 6.0);
+    }
+    let ptr = first[0].0.as_slice().as_ptr();
+    drop(first);
+    let second = g.execute(n).unwrap();
+    assert_eq!(
+        second[2].0.as_slice().as_ptr(),
+        ptr,
+        "the buffer is used again"
+    );
+    assert_eq!(second[1].1, 6.0);
 }

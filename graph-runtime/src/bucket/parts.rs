@@ -349,11 +349,7 @@ fn detached<T: Bucketable, R>(value: &T, f: impl FnOnce(Reduced<'_, T::Elem>) ->
     value.pack(&mut data);
     let len = data.len();
     let buf = Arc::new(Storage::Host(data));
-    f(Reduced {
-        buf: &buf,
-        offset: 0,
-        len,
-    })
+    f(Reduced::new(&buf, 0, len))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use std::marker::PhantomData;
 
 use super::device::{device_of, on_device, Device};
+use super::kept::Kept;
 use super::parts::{Hand, Layout, Parts};
 use super::region::{Regions, SlotIdx};
 use super::{Bucketable, Gather, Scatter};
@@ -26,13 +27,11 @@ enum Phase {
     Ran,
 }
 
-/// One slot's place: where it is (what `add` returned for it), its element type, and
-/// whether its value was handed to the stage (packed or lent) in this execution.
-#[derive(Clone, Copy, Debug)]
+/// One slot's place: where it is (what `add` returned for it) and its element type.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) struct Place {
     pub(super) idx: SlotIdx,
     pub(super) dtype: DType,
-    handed: bool,
     /// The value this slot is a part of, by its position in the bucket.
     value: usize,
 }
@@ -56,11 +55,14 @@ pub struct FusedStage {
     /// known).
     values: &'static [&'static str],
     phase: Phase,
-    pub(super) slots: Vec<SlotDesc>,
+    pub(super) slots: Kept<SlotDesc>,
     /// The shapes of the values, back to back (see [`Header::dims`]).
-    pub(super) dims: Vec<usize>,
+    pub(super) dims: Kept<usize>,
     /// Per slot, its place.
-    pub(super) places: Vec<Place>,
+    pub(super) places: Kept<Place>,
+    /// Per slot, whether its value was handed to the stage (packed or lent) in this
+    /// execution: apart from `places`, which stay the same from one execution to the next.
+    handed_slots: Vec<bool>,
     /// How many of them were handed in this execution.
     pub(super) handed: usize,
     /// How many values were added in this execution (a value may take several slots).
@@ -96,9 +98,10 @@ impl FusedStage {
             name,
             values: &[],
             phase: Phase::Idle,
-            slots: Vec::new(),
-            dims: Vec::new(),
-            places: Vec::new(),
+            slots: Kept::new(),
+            dims: Kept::new(),
+            places: Kept::new(),
+            handed_slots: Vec::new(),
             handed: 0,
             value_count: 0,
             failed: None,
@@ -133,6 +136,7 @@ impl FusedStage {
         self.slots.clear();
         self.dims.clear();
         self.places.clear();
+        self.handed_slots.clear();
         self.handed = 0;
         self.value_count = 0;
         self.data.clear();
@@ -191,9 +195,9 @@ impl FusedStage {
         self.places.push(Place {
             idx,
             dtype,
-            handed: false,
             value: self.value_count,
         });
+        self.handed_slots.push(false);
         self.data.push(SlotData::packed(dtype, len));
         idx
     }
@@ -318,11 +322,11 @@ impl FusedStage {
     #[inline]
     fn hand<E: Element>(&mut self, at: SlotIdx) -> bool {
         let packing = self.phase == Phase::Packing;
-        let place = self.places.get_mut(at.slot);
+        let place = self.places.get(at.slot);
         match place.filter(|p| packing && p.idx == at && p.dtype == E::DTYPE) {
-            Some(p) => {
-                if !p.handed {
-                    p.handed = true;
+            Some(_) => {
+                if let Some(handed @ false) = self.handed_slots.get_mut(at.slot) {
+                    *handed = true;
                     self.handed += 1;
                 }
                 true
@@ -462,9 +466,9 @@ impl FusedStage {
             self.misuse(format_args!("`run` outside the packing phase"));
         } else if self.handed != self.places.len() {
             let slot = self
-                .places
+                .handed_slots
                 .iter()
-                .position(|p| !p.handed)
+                .position(|&h| !h)
                 .unwrap_or_default();
             self.misuse(format_args!("value {slot} was never packed"));
         }
@@ -533,7 +537,11 @@ impl FusedStage {
                 self.inputs.offer(&mut buffers);
             }
             comm.exchange_results(&mut buffers)?;
-            self.inputs.adopt(&mut buffers);
+            let mut views = [0; DType::COUNT];
+            for slot in &self.slots {
+                views[slot.dtype.index()] += 1;
+            }
+            self.inputs.adopt(&mut buffers, &views);
             Ok(())
         });
         result.map_err(|e| self.stage_error(e, group))
@@ -686,7 +694,7 @@ mod tests {
         assert_eq!(st.output(&b, ib).to_vec(), vec![7; 2]);
         assert_eq!(st.output(&e, ie).len(), 0);
         assert_eq!(
-            st.slots,
+            *st.slots,
             [
                 (DType::F32, 3),
                 (DType::I64, 2),
@@ -695,7 +703,7 @@ mod tests {
             ]
             .map(|(d, n)| SlotDesc::shaped(d, &[n]).unwrap())
         );
-        assert_eq!(st.dims, [3, 2, 4, 0]);
+        assert_eq!(*st.dims, [3, 2, 4, 0]);
     }
 
     /// A fused stage over several tensors of mixed dtypes and lengths gives, for each

@@ -2,6 +2,7 @@
 //! [`Scatter`], [`GatherList`]), the view of a value's result ([`Reduced`]), and their
 //! implementations for tensors, scalars and vectors.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use super::parts::{Hand, Layout, Parts};
@@ -277,6 +278,28 @@ pub struct Reduced<'a, E> {
     pub(super) buf: &'a Arc<Storage<E>>,
     pub(super) offset: usize,
     pub(super) len: usize,
+    /// References to `buf` taken beforehand, one per view (see `Region::spares`); taken
+    /// only by a view, so that a result copied out drops none of them here.
+    pub(super) spares: Cell<Option<&'a mut Vec<Arc<Storage<E>>>>>,
+}
+
+impl<'a, E: Element> Reduced<'a, E> {
+    pub(super) fn new(buf: &'a Arc<Storage<E>>, offset: usize, len: usize) -> Self {
+        Reduced {
+            buf,
+            offset,
+            len,
+            spares: Cell::new(None),
+        }
+    }
+
+    /// A reference to the buffer for a view: a spare one while there is one.
+    fn handle(&self) -> Arc<Storage<E>> {
+        let mut spares = self.spares.take();
+        let spare = spares.as_mut().and_then(|s| s.pop());
+        self.spares.set(spares);
+        spare.unwrap_or_else(|| Arc::clone(self.buf))
+    }
 }
 
 impl<E: Element> Reduced<'_, E> {
@@ -304,7 +327,7 @@ impl<E: Element> Reduced<'_, E> {
     /// `like` must hold as many elements (true for the value being unpacked).
     pub fn to_tensor_like(&self, like: &Tensor<E>) -> Tensor<E> {
         Tensor::view(
-            Arc::clone(self.buf),
+            self.handle(),
             self.offset,
             self.len,
             like.shape_of().clone(),
@@ -328,7 +351,7 @@ impl<E: Element> Reduced<'_, E> {
 
     /// A view with `shape`, which the caller checked holds `len` elements.
     fn view(&self, shape: Shape) -> Tensor<E> {
-        Tensor::view(Arc::clone(self.buf), self.offset, self.len, shape)
+        Tensor::view(self.handle(), self.offset, self.len, shape)
     }
 }
 
