@@ -49,7 +49,8 @@
 //!
 //! # Reference
 //!
-//! The [`reference`](mod@reference) pages hold the full rules, each with examples that run as doc tests:
+//! The [`reference`](mod@reference) pages hold the full rules, each with examples that run
+//! as doc tests:
 //!
 //! - [`reference::grammar`]: the `graph!` language, several groups and the schedule;
 //! - [`reference::actors`]: what `#[actor]` makes a graph node, and where actors are made;

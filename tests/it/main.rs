@@ -4,7 +4,8 @@
 //! Apart, in binaries of their own: the allocation tests (`tests/alloc/`, whose counting
 //! global allocator would see every other test's allocations), the cases that must sit at
 //! a crate's root (`tests/hygiene.rs`, `tests/impl_elsewhere.rs`), trybuild
-//! (the package `tests/ui/`, which builds its cases without features), and the NCCL tests that `scripts/gpu-check.sh` builds by name.
+//! (the package `tests/ui/`, which builds its cases without features), and the NCCL tests
+//! that `scripts/gpu-check.sh` builds by name.
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -3,8 +3,9 @@
 //!
 //! What can go into a bucket is [`Bucketable`]; [`Gather`] and [`Scatter`] add what
 //! `allgather` and `reducescatter` need to build a result of another length
-//! (`traits.rs`); a value made of several parts walks them with `parts.rs`. `region.rs` lays the values out (`kept.rs` keeps the layout's lists between executions), `stage.rs` drives a stage through its
-//! sequence, and `device.rs` is its device mode
+//! (`traits.rs`); a value made of several parts walks them with `parts.rs`. `region.rs`
+//! lays the values out (`kept.rs` keeps the layout's lists between executions),
+//! `stage.rs` drives a stage through its sequence, and `device.rs` is its device mode
 //! (`no_device.rs` without a GPU backend).
 
 #[cfg_attr(not(feature = "nccl"), path = "no_device.rs")]

@@ -21,9 +21,10 @@ pub(crate) struct Region<E> {
     /// writes while it makes its views.
     shared_len: usize,
     /// References to `shared` taken in one go, one per slot of this dtype, each handed to a
-    /// view (see [`Reduced`]); those left over are dropped with `shared`. Every rank makes its views of rank 0's buffer at the same
-    /// time, and a reference taken per view moved the count's line between their cores
-    /// at every view: 45 % of the samples of `Parts::result` in a stage of 64 values.
+    /// view (see [`Reduced`]); those left over are dropped with `shared`. Every rank
+    /// makes its views of rank 0's buffer at the same time, and a reference taken per view
+    /// moved the count's line between their cores at every view: 45 % of the samples of
+    /// `Parts::result` in a stage of 64 values.
     spares: Vec<Arc<Storage<E>>>,
     pub(super) len: usize,
     /// Whether a value of this execution is in host memory. In device mode, `buf` then

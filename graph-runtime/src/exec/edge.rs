@@ -569,8 +569,8 @@ impl<T: Send + 'static> Edge<T> {
 impl<T: Send + 'static> Edge<T> {
     /// Sends producer `rank`'s values of a [`Route::Scatter`], the k-th to consumer k,
     /// each moved; returns the one it keeps for itself (`keep`). `Err((got, expected))`
-    /// when there is not one value per consumer: then nothing is sent (the caller fails, and its failure
-    /// path puts a marker in every slot).
+    /// when there is not one value per consumer: then nothing is sent (the caller fails,
+    /// and its failure path puts a marker in every slot).
     pub(crate) fn send_scatter(
         &self,
         rank: usize,

@@ -9,9 +9,9 @@
 //! once.
 //!
 //! Each rank has two posts, for even and odd barrier rounds (the rank's count of its
-//! barrier waits, the same on every rank for the waits that pass together): a rank writes a post again for round r + 2 at the earliest,
-//! after the barrier of round r + 1, which every peer reaches only once done reading the
-//! post of round r. Posts are copies behind read-write locks (so a writer never meets a
+//! barrier waits, the same on every rank for the waits that pass together): a rank writes
+//! a post again for round r + 2 at the earliest, after the barrier of round r + 1, which
+//! every peer reaches only once done reading the post of round r. Posts are copies behind read-write locks (so a writer never meets a
 //! reader in that scheme, and readers share), and each says which round and which call it
 //! is for: a rank whose calls are out of step with its peers' (an agreement paired with a
 //! launch confirmation) is found out on every rank, instead of one reading the other's
