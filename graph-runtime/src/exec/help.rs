@@ -100,8 +100,10 @@ impl<A: 'static, C: Communicator, S> Helped<A, C, S> {
             Err(TryLockError::WouldBlock) => return false,
         };
         let mut ran = false;
-        while let Some((step, result)) = step_once(runner.as_mut(), slot) {
-            publish(step, result);
+        while let Some((step, input)) = claim(slot) {
+            // Straight into `publish`: the output (a whole bucket's tensors) is then moved
+            // once, into the driver's cell, not through a temporary first.
+            publish(step, run_step(runner.as_mut(), input));
             ran = true;
         }
         ran
@@ -121,15 +123,9 @@ where
     }
 }
 
-/// Runs the next step of `slot` if it was submitted: its index and result; `None` if every
-/// step submitted has run.
-fn step_once<A: 'static, C: Communicator, S, I, O>(
-    runner: Option<&mut Runner<A, C, S>>,
-    slot: &Slot<I, O>,
-) -> Option<(u64, Result<O, Error>)>
-where
-    S: StepFn<A, C, I, O>,
-{
+/// Claims the next step of `slot` if it was submitted: its index and input; `None` if
+/// every step submitted has run. The caller holds the runner's lock and runs it.
+fn claim<I, O>(slot: &Slot<I, O>) -> Option<(u64, Option<I>)> {
     // The steps published so far: every step that ran was published under the lock we
     // hold, so this is the next one to run.
     let next = slot.outbox.done.current();
@@ -140,8 +136,7 @@ where
     slot.started.0.store(next + 1, Relaxed);
     // SAFETY: the caller holds the runner's lock, as every thread that runs this actor's
     // steps does, and step `next` was submitted and has not run.
-    let (index, input) = unsafe { slot.next_input() };
-    Some((index, run_step(runner, input)))
+    Some(unsafe { slot.next_input() })
 }
 
 fn run_step<A: 'static, C: Communicator, S, I, O>(
