@@ -336,13 +336,19 @@ impl Bucketable for Packed {
     }
 }
 
-type Mix = (Tensor<f32>, Packed, Tensor<f32>);
+type Mix = (Tensor<f32>, Tensor<f32>, Packed, Tensor<f32>);
 
-/// Rank `q`'s values of `len` elements each in step `s`.
+/// Elements of the mix's short tensor: below the bytes from which a leader keeps a lent
+/// value out of its regions in a large stage, so that it is packed between two it keeps.
+const SHORT: usize = 300;
+
+/// Rank `q`'s values in step `s`: three of `len` elements each, and a short tensor.
 fn mix_values(q: usize, len: usize, s: u64) -> Mix {
     let v = |k: usize| (0..len).map(|i| f(q, i + k, s)).collect::<Vec<f32>>();
+    let short = (0..SHORT).map(|i| f(q, i + 3, s)).collect::<Vec<f32>>();
     (
         Tensor::from_vec(v(0), [len]).unwrap(),
+        Tensor::from_vec(short, [SHORT]).unwrap(),
         Packed(v(1)),
         Tensor::from_vec(v(2), [len]).unwrap(),
     )
@@ -362,15 +368,17 @@ impl M {
 
 graph! {
     Mixed(workers: [M], len: usize, step: u64) {
-        let (a, p, b) = workers.mix(len, step);
-        let sum = allreduce([a, p, b], Sum);
+        let (a, short, p, b) = workers.mix(len, step);
+        let sum = allreduce([a, short, p, b], Sum);
         let from = broadcast([a, p, b], 1);
         (sum, from)
     }
 }
 
 /// Tensors and user values in one stage, small (their data rides with the agreement)
-/// and large (the leader's regions are the payload's): bit for bit the reference.
+/// and large (the leader's regions are the payload's, and its long tensors are read
+/// where they are, the processes' chunks crossing from one value into the next): bit
+/// for bit the reference.
 fn mixed(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
     let workers: Vec<M> = here.clone().map(|rank| M { rank }).collect();
     let mut g = Mixed::launch(workers, mpi).unwrap();
@@ -392,16 +400,22 @@ fn mixed(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
                 &sum_of.0.to_vec(),
                 &sum(&|v| v.0.to_vec()),
             );
-            same_long("mixed sum p", q, &sum_of.1 .0, &sum(&|v| v.1 .0.clone()));
+            same_long(
+                "mixed sum short",
+                q,
+                &sum_of.1.to_vec(),
+                &sum(&|v| v.1.to_vec()),
+            );
+            same_long("mixed sum p", q, &sum_of.2 .0, &sum(&|v| v.2 .0.clone()));
             same_long(
                 "mixed sum b",
                 q,
-                &sum_of.2.to_vec(),
-                &sum(&|v| v.2.to_vec()),
+                &sum_of.3.to_vec(),
+                &sum(&|v| v.3.to_vec()),
             );
             same_long("mixed bcast a", q, &from.0.to_vec(), &all[1].0.to_vec());
-            same_long("mixed bcast p", q, &from.1 .0, &all[1].1 .0);
-            same_long("mixed bcast b", q, &from.2.to_vec(), &all[1].2.to_vec());
+            same_long("mixed bcast p", q, &from.1 .0, &all[1].2 .0);
+            same_long("mixed bcast b", q, &from.2.to_vec(), &all[1].3.to_vec());
         }
     }
     g.teardown().unwrap();

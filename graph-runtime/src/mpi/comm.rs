@@ -4,7 +4,9 @@
 //!    its inputs in the process's shared memory (`Node::posts`): a region of large values
 //!    straight from the values (the stage lends them: `reads_in_place`), sparing the
 //!    pack, others packed first and posted in one copy. The leader packs its own and
-//!    reads them in place. They meet at a barrier.
+//!    reads them in place; in a large reduction across processes it packs only its
+//!    values under 8 KiB, and sends and folds the others from where they are
+//!    (`Unpacked`). They meet at a barrier.
 //! 2. The leader agrees with the other processes' leaders in one round, through their
 //!    mailboxes in shared memory when every process is on this machine (`super::shm`), by
 //!    point-to-point messages otherwise: each sends every other a fixed record (failed?,
@@ -192,6 +194,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl MpiComm {
+    /// Whether this process's leader keeps its large lent values out of its regions in
+    /// this stage (see [`Unpacked`]): an `allreduce` or `reduce` across processes whose
+    /// data from this process is too large to ride with the records, so that it runs
+    /// [`Node::scatter_gather`] (a small stage sends the leader's regions whole).
+    fn folds_lent(&self, header: &Header<'_>, collective: Collective) -> bool {
+        matches!(
+            collective,
+            Collective::AllReduce(_) | Collective::Reduce { .. }
+        ) && header.status == Status::Ok
+            && self.spans_processes()
+            && self
+                .node
+                .carried_len(collective, &region_lens(header.slots), self.node.process)
+                > SMALL
+    }
+
     /// The endpoints of this process's ranks of a group.
     pub(super) fn group(group: &'static str, layout: GroupLayout, world: Arc<World>) -> Vec<Self> {
         let n = layout.counts[layout.process];
@@ -247,6 +265,7 @@ impl Communicator for MpiComm {
         outputs: &mut [RegionMut<'_>],
     ) -> Result<(), StageError> {
         let node = Arc::clone(&self.node);
+        let mut unpacked = Unpacked::default();
         let failure = match header.status {
             Status::Failed => self.failure.take(),
             // A failure of an earlier execution that no stage carried is stale.
@@ -260,15 +279,21 @@ impl Communicator for MpiComm {
             // A broadcast needs the root's values only; the leader reads its own in place.
             let posts_data = self.local != 0
                 && !matches!(collective, Collective::Broadcast { root } if root != self.rank);
-            // The leader reads its inputs from its regions (so may MPI); the others post
-            // theirs, large lent values straight from where they are.
+            // The leader reads its inputs from its regions (so may MPI), but for a large
+            // reduction it keeps large lent values where they are (`Unpacked`); the
+            // others post theirs, large lent values straight from where they are.
             let reads_regions = self.local == 0 || posts_data;
+            let keep_lent = self.local == 0 && self.folds_lent(header, collective);
             for r in regions.iter_mut().filter(|_| reads_regions) {
                 let d = r.dtype();
                 let region = region_bytes(r);
                 if posts_data && posts_in_place(header, d) {
                     let dst = post.data[d.index()].bytes_mut(region.len());
                     gather_input(header, d, region, dst);
+                    continue;
+                }
+                if keep_lent {
+                    unpacked[d.index()] = pack_small_lent(header, d, region);
                     continue;
                 }
                 pack_lent(header, d, region);
@@ -286,7 +311,7 @@ impl Communicator for MpiComm {
         let mut in_place = false;
         if self.local == 0 {
             let outcome;
-            (outcome, in_place) = node.lead(collective, regions, lend);
+            (outcome, in_place) = node.lead(collective, regions, lend, unpacked);
             node.shared
                 .write()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -535,6 +560,64 @@ fn pack_lent(header: &Header<'_>, d: DType, region: &mut [u8]) {
     }
 }
 
+/// The leader's lent values of at least [`POST_IN_PLACE`] bytes that it did not pack, by
+/// dtype: each one's place in its region (whose bytes there are stale) and its elements.
+/// In a large reduction the leader sends the chunks that lie within one such value
+/// straight from it, and folds its own chunk reading it in place: a region of one 1 MiB
+/// tensor is then never copied into the region before MPI reads it. Smaller values are
+/// packed, as a copy per value costs more than it saves (see [`POST_IN_PLACE`]).
+type Unpacked<'h> = [Vec<(std::ops::Range<usize>, &'h [u8])>; DType::COUNT];
+
+/// [`pack_lent`] of the values below [`POST_IN_PLACE`] bytes; the others, as [`Unpacked`].
+fn pack_small_lent<'h>(
+    header: &Header<'h>,
+    d: DType,
+    region: &mut [u8],
+) -> Vec<(std::ops::Range<usize>, &'h [u8])> {
+    let mut kept = Vec::new();
+    for (k, place) in slot_bytes(header, d) {
+        let lent = header.data.get(k).and_then(|s| lent_bytes(s, d));
+        let (Some(src), Some(out)) = (lent, region.get_mut(place.clone())) else {
+            continue;
+        };
+        if src.len() != out.len() {
+            continue;
+        }
+        if src.len() >= POST_IN_PLACE {
+            kept.push((place, src));
+        } else {
+            out.copy_from_slice(src);
+        }
+    }
+    kept
+}
+
+/// Copies every value of `unpacked` into its place in the leader's regions, which then
+/// hold its whole input (for a path that reads them whole), and forgets them.
+fn pack_unpacked(unpacked: &mut Unpacked<'_>, mine: &mut Mine<'_>) {
+    for (d, values) in unpacked.iter_mut().enumerate() {
+        for (place, src) in values.drain(..) {
+            if let Some(out) = mine[d].as_deref_mut().and_then(|r| r.get_mut(place)) {
+                out.copy_from_slice(src);
+            }
+        }
+    }
+}
+
+/// The part `lo..hi` of the leader's region of dtype `d` that lies within one value of
+/// `unpacked`, as that value's elements; `None` if it lies (even partly) elsewhere.
+fn within_unpacked<'h>(
+    unpacked: &Unpacked<'h>,
+    d: DType,
+    lo: usize,
+    hi: usize,
+) -> Option<&'h [u8]> {
+    unpacked[d.index()]
+        .iter()
+        .find(|(place, _)| place.start <= lo && hi <= place.end)
+        .map(|(place, src)| &src[lo - place.start..hi - place.start])
+}
+
 /// Words of the record each leader sends first in a stage: failed?, its ranks' headers
 /// alike?, the header's digest and length, and whether the data rides along.
 const RECORD: usize = 5;
@@ -606,6 +689,7 @@ impl Node {
         collective: Collective,
         own: &mut [RegionMut<'_>],
         lend: bool,
+        mut unpacked: Unpacked<'_>,
     ) -> (Outcome, bool) {
         let mut leader = lock(&self.leader);
         let leader = &mut *leader;
@@ -625,10 +709,27 @@ impl Node {
             Ok(agreed) => agreed,
             Err(outcome) => return (outcome, false),
         };
+        if carried
+            || !matches!(
+                header.collective,
+                Collective::AllReduce(_) | Collective::Reduce { .. }
+            )
+        {
+            // Not the path `MpiComm::folds_lent` foresaw (it never sends a large stage's
+            // data with the records): every other path reads the regions whole.
+            pack_unpacked(&mut unpacked, &mut mine);
+        }
         let done = if carried {
             self.small(leader, &posts, &mut mine, &header, &mut shared)
         } else {
-            self.payload(leader, &posts, &mut mine, &header, &mut shared)
+            self.payload(
+                leader,
+                &posts,
+                &mut mine,
+                &header,
+                &mut shared,
+                &mut unpacked,
+            )
         };
         match done {
             // Lent buffers that do not hold the results would be read as results.
@@ -1012,6 +1113,7 @@ impl Node {
         mine: &mut Mine<'_>,
         header: &OwnedHeader,
         shared: &mut Shared,
+        unpacked: &mut Unpacked<'_>,
     ) -> Result<bool, String> {
         let lens = region_lens(&header.slots);
         let dtypes: Vec<DType> = DType::ALL
@@ -1029,7 +1131,15 @@ impl Node {
         if let Collective::AllReduce(_) | Collective::ReduceScatter(_) | Collective::Reduce { .. } =
             header.collective
         {
-            return self.scatter_gather(leader, posts, mine, &lens, header.collective, shared);
+            return self.scatter_gather(
+                leader,
+                posts,
+                mine,
+                &lens,
+                header.collective,
+                shared,
+                unpacked,
+            );
         }
         if let Collective::Broadcast { root } = header.collective {
             let from = self.process_of(root).ok_or("the root is no rank")?;
@@ -1139,6 +1249,10 @@ impl Node {
     /// For `allreduce` and `reduce`, the leader's own region is the result (it is the
     /// fold's source of the leader's rank, read before it is written); otherwise, and for
     /// the other ranks of the process, the result is in `shared.result`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the stage's parts, each borrowed apart from the others"
+    )]
     fn scatter_gather(
         &self,
         leader: &mut Leader,
@@ -1147,6 +1261,7 @@ impl Node {
         lens: &[usize; DType::COUNT],
         collective: Collective,
         shared: &mut Shared,
+        unpacked: &mut Unpacked<'_>,
     ) -> Result<bool, String> {
         let op = match collective {
             Collective::AllReduce(op)
@@ -1175,6 +1290,28 @@ impl Node {
                 .as_ref()
                 .is_some_and(|r| r.len() == total(d))
         });
+        if !in_place {
+            pack_unpacked(unpacked, mine);
+        }
+        // The leader's chunks for other processes that lie within no one value it kept
+        // out of its regions: packed now, where the values cross into them.
+        for &d in &dtypes {
+            for q in (0..processes).filter(|&q| q != p) {
+                let (lo, hi) = chunk(d, q);
+                if within_unpacked(unpacked, d, lo, hi).is_some() {
+                    continue;
+                }
+                let Some(region) = mine[d.index()].as_deref_mut() else {
+                    continue;
+                };
+                for (place, src) in &unpacked[d.index()] {
+                    let (a, b) = (place.start.max(lo), place.end.min(hi));
+                    if a < b {
+                        region[a..b].copy_from_slice(&src[a - place.start..b - place.start]);
+                    }
+                }
+            }
+        }
         // Every input this process sends, checked before any request starts (a request
         // must be waited for).
         let mut sends: Vec<(usize, &[u8])> = Vec::with_capacity(dtypes.len() * n * processes);
@@ -1182,7 +1319,12 @@ impl Node {
             for q in (0..processes).filter(|&q| q != p) {
                 let (lo, hi) = chunk(d, q);
                 for l in 0..n {
-                    sends.push((q, &input(mine, posts, l, d, total(d))?[lo..hi]));
+                    let kept = within_unpacked(unpacked, d, lo, hi).filter(|_| l == 0);
+                    let src = match kept {
+                        Some(src) => src,
+                        None => &input(mine, posts, l, d, total(d))?[lo..hi],
+                    };
+                    sends.push((q, src));
                 }
             }
         }
@@ -1239,13 +1381,37 @@ impl Node {
                 }
             };
             if in_place {
-                let srcs: Vec<&[u8]> = (0..self.size)
-                    .map(|r| if r == first { &[][..] } else { other(r) })
-                    .collect();
                 let Some(dst) = mine[d.index()].as_deref_mut() else {
                     return Err(format!("the leader has no {d} region"));
                 };
-                with_dtype!(d, E => fold::<E>(&srcs, Some(first), op, &mut dst[lo..hi]));
+                // Part `a..b` of the chunk, the leader's source being `own` (a value it
+                // kept out of its region), or `dst` itself.
+                let mut fold_part = |a: usize, b: usize, own: Option<&[u8]>| {
+                    let srcs: Vec<&[u8]> = (0..self.size)
+                        .map(|r| match own {
+                            _ if r != first => &other(r)[a - lo..b - lo],
+                            Some(own) => own,
+                            None => &[][..],
+                        })
+                        .collect();
+                    let own_rank = own.is_none().then_some(first);
+                    with_dtype!(d, E => fold::<E>(&srcs, own_rank, op, &mut dst[a..b]));
+                };
+                let mut at = lo;
+                for (place, src) in &unpacked[d.index()] {
+                    let (a, b) = (place.start.max(lo), place.end.min(hi));
+                    if a >= b {
+                        continue;
+                    }
+                    if at < a {
+                        fold_part(at, a, None);
+                    }
+                    fold_part(a, b, Some(&src[a - place.start..b - place.start]));
+                    at = b;
+                }
+                if at < hi {
+                    fold_part(at, hi, None);
+                }
             } else {
                 let own = &input(mine, posts, 0, d, total(d))?[lo..hi];
                 let srcs: Vec<&[u8]> = (0..self.size)
