@@ -201,6 +201,9 @@ graph! {
 const BIG: usize = 40_001;
 /// Rows of the large `reducescatter`: divisible by every group size of the tests.
 const BIG_ROWS: usize = 24_000;
+/// Rows of its second f32 value: so that a process's chunk of the f32 region crosses from
+/// one value into the next.
+const MORE_ROWS: usize = 12_000;
 
 /// Rank `q`'s large values in step `s`.
 fn big_values(q: usize, s: u64) -> Big {
@@ -210,15 +213,23 @@ fn big_values(q: usize, s: u64) -> Big {
         .collect();
     let c: Vec<i64> = (0..BIG_ROWS).map(|i| (q * 7 + i) as i64 - 3).collect();
     let d: Vec<f32> = (0..BIG_ROWS).map(|i| f(q, i + 1, s)).collect();
+    let e: Vec<f32> = (0..MORE_ROWS).map(|i| f(q, i + 2, s)).collect();
     (
         Tensor::from_vec(a, [BIG]).unwrap(),
         Tensor::from_vec(b, [BIG]).unwrap(),
         Tensor::from_vec(c, [BIG_ROWS]).unwrap(),
         Tensor::from_vec(d, [BIG_ROWS]).unwrap(),
+        Tensor::from_vec(e, [MORE_ROWS]).unwrap(),
     )
 }
 
-type Big = (Tensor<f32>, Tensor<f16>, Tensor<i64>, Tensor<f32>);
+type Big = (
+    Tensor<f32>,
+    Tensor<f16>,
+    Tensor<i64>,
+    Tensor<f32>,
+    Tensor<f32>,
+);
 
 /// A worker of large values.
 struct L {
@@ -234,10 +245,10 @@ impl L {
 
 graph! {
     Large(workers: [L], step: u64) {
-        let (a, b, c, d) = workers.big(step);
+        let (a, b, c, d, e) = workers.big(step);
         let sum = allreduce([a, b, c], Sum);
         let avg = allreduce(a, Avg);
-        let part = reducescatter([c, d], Sum);
+        let part = reducescatter([c, d, e], Sum);
         let red = reduce([a, b], Sum, 1);
         let every = allgather(d);
         let from = broadcast([a, c], 1);
@@ -280,6 +291,7 @@ fn large(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
             ReduceOp::Sum,
         );
         let sum_d = reduced(ReduceOp::Sum, &|v| v.3.to_vec());
+        let sum_e = reduced(ReduceOp::Sum, &|v| v.4.to_vec());
         let out = g.execute(s).unwrap();
         for (i, (sum, avg, part, red, every, from)) in out.iter().enumerate() {
             let q = here.start + i;
@@ -299,6 +311,13 @@ fn large(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
                 q,
                 &part.1.to_vec(),
                 &sum_d[q * rows..(q + 1) * rows],
+            );
+            let more = MORE_ROWS / size;
+            same_long(
+                "large scatter e",
+                q,
+                &part.2.to_vec(),
+                &sum_e[q * more..(q + 1) * more],
             );
             match (q, red) {
                 (1, (Some(a), Some(b))) => {

@@ -195,13 +195,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl MpiComm {
     /// Whether this process's leader keeps its large lent values out of its regions in
-    /// this stage (see [`Unpacked`]): an `allreduce` or `reduce` across processes whose
-    /// data from this process is too large to ride with the records, so that it runs
+    /// this stage (see [`Unpacked`]): a reduction across processes whose data from this
+    /// process is too large to ride with the records, so that it runs
     /// [`Node::scatter_gather`] (a small stage sends the leader's regions whole).
     fn folds_lent(&self, header: &Header<'_>, collective: Collective) -> bool {
         matches!(
             collective,
-            Collective::AllReduce(_) | Collective::Reduce { .. }
+            Collective::AllReduce(_) | Collective::ReduceScatter(_) | Collective::Reduce { .. }
         ) && header.status == Status::Ok
             && self.spans_processes()
             && self
@@ -712,7 +712,7 @@ impl Node {
         if carried
             || !matches!(
                 header.collective,
-                Collective::AllReduce(_) | Collective::Reduce { .. }
+                Collective::AllReduce(_) | Collective::ReduceScatter(_) | Collective::Reduce { .. }
             )
         {
             // Not the path `MpiComm::folds_lent` foresaw (it never sends a large stage's
@@ -1290,13 +1290,11 @@ impl Node {
                 .as_ref()
                 .is_some_and(|r| r.len() == total(d))
         });
-        if !in_place {
-            pack_unpacked(unpacked, mine);
-        }
-        // The leader's chunks for other processes that lie within no one value it kept
-        // out of its regions: packed now, where the values cross into them.
+        // The leader's chunks for other processes (and, unless it folds into its own
+        // regions, its own chunk) that lie within no one value it kept out of its
+        // regions: packed now, where the values cross into them.
         for &d in &dtypes {
-            for q in (0..processes).filter(|&q| q != p) {
+            for q in (0..processes).filter(|&q| q != p || !in_place) {
                 let (lo, hi) = chunk(d, q);
                 if within_unpacked(unpacked, d, lo, hi).is_some() {
                     continue;
@@ -1413,7 +1411,10 @@ impl Node {
                     fold_part(at, hi, None);
                 }
             } else {
-                let own = &input(mine, posts, 0, d, total(d))?[lo..hi];
+                let own = match within_unpacked(unpacked, d, lo, hi) {
+                    Some(kept) => kept,
+                    None => &input(mine, posts, 0, d, total(d))?[lo..hi],
+                };
                 let srcs: Vec<&[u8]> = (0..self.size)
                     .map(|r| if r == first { own } else { other(r) })
                     .collect();
