@@ -199,10 +199,8 @@ impl MpiComm {
     /// process is too large to ride with the records, so that it runs
     /// [`Node::scatter_gather`] (a small stage sends the leader's regions whole).
     fn folds_lent(&self, header: &Header<'_>, collective: Collective) -> bool {
-        matches!(
-            collective,
-            Collective::AllReduce(_) | Collective::ReduceScatter(_) | Collective::Reduce { .. }
-        ) && header.status == Status::Ok
+        reduces(collective)
+            && header.status == Status::Ok
             && self.spans_processes()
             && self
                 .node
@@ -292,11 +290,8 @@ impl Communicator for MpiComm {
                     gather_input(header, d, region, dst);
                     continue;
                 }
-                if keep_lent {
-                    unpacked[d.index()] = pack_small_lent(header, d, region);
-                    continue;
-                }
-                pack_lent(header, d, region);
+                let keep_from = if keep_lent { POST_IN_PLACE } else { usize::MAX };
+                unpacked[d.index()] = pack_lent(header, d, region, keep_from);
                 if posts_data {
                     post.data[d.index()]
                         .bytes_mut(region.len())
@@ -547,32 +542,15 @@ fn gather_input(header: &Header<'_>, d: DType, region: &[u8], dst: &mut [u8]) {
     }
 }
 
-/// Copies the values of dtype `d` that were lent into their places in `region`, which
-/// then holds the rank's whole input, as if the stage had packed them.
-fn pack_lent(header: &Header<'_>, d: DType, region: &mut [u8]) {
-    for (k, place) in slot_bytes(header, d) {
-        let lent = header.data.get(k).and_then(|s| lent_bytes(s, d));
-        if let (Some(src), Some(out)) = (lent, region.get_mut(place)) {
-            if src.len() == out.len() {
-                out.copy_from_slice(src);
-            }
-        }
-    }
-}
-
-/// The leader's lent values of at least [`POST_IN_PLACE`] bytes that it did not pack, by
-/// dtype: each one's place in its region (whose bytes there are stale) and its elements.
-/// In a large reduction the leader sends the chunks that lie within one such value
-/// straight from it, and folds its own chunk reading it in place: a region of one 1 MiB
-/// tensor is then never copied into the region before MPI reads it. Smaller values are
-/// packed, as a copy per value costs more than it saves (see [`POST_IN_PLACE`]).
-type Unpacked<'h> = [Vec<(std::ops::Range<usize>, &'h [u8])>; DType::COUNT];
-
-/// [`pack_lent`] of the values below [`POST_IN_PLACE`] bytes; the others, as [`Unpacked`].
-fn pack_small_lent<'h>(
+/// Copies the values of dtype `d` that were lent into their places in `region`, as if
+/// the stage had packed them, except those of `keep_from` bytes or more: those are
+/// returned instead (see [`Unpacked`]). With `usize::MAX` the region then holds the rank's
+/// whole input.
+fn pack_lent<'h>(
     header: &Header<'h>,
     d: DType,
     region: &mut [u8],
+    keep_from: usize,
 ) -> Vec<(std::ops::Range<usize>, &'h [u8])> {
     let mut kept = Vec::new();
     for (k, place) in slot_bytes(header, d) {
@@ -583,7 +561,7 @@ fn pack_small_lent<'h>(
         if src.len() != out.len() {
             continue;
         }
-        if src.len() >= POST_IN_PLACE {
+        if src.len() >= keep_from {
             kept.push((place, src));
         } else {
             out.copy_from_slice(src);
@@ -592,15 +570,33 @@ fn pack_small_lent<'h>(
     kept
 }
 
+/// The leader's lent values of at least [`POST_IN_PLACE`] bytes that it did not pack, by
+/// dtype: each one's place in its region (whose bytes there are stale) and its elements.
+/// In a large reduction the leader sends the chunks that lie within one such value
+/// straight from it, and folds its own chunk reading it in place: a region of one 1 MiB
+/// tensor is then never copied into the region before MPI reads it. Smaller values are
+/// packed, as a copy per value costs more than it saves (see [`POST_IN_PLACE`]).
+type Unpacked<'h> = [Vec<(std::ops::Range<usize>, &'h [u8])>; DType::COUNT];
+
+/// Copies the part within `lo..hi` of each kept value of `values` (one dtype's
+/// [`Unpacked`]) into its place in `region`.
+fn pack_kept(values: &[(std::ops::Range<usize>, &[u8])], region: &mut [u8], lo: usize, hi: usize) {
+    for (place, src) in values {
+        let (a, b) = (place.start.max(lo), place.end.min(hi));
+        if let Some(out) = region.get_mut(a..b) {
+            out.copy_from_slice(&src[a - place.start..b - place.start]);
+        }
+    }
+}
+
 /// Copies every value of `unpacked` into its place in the leader's regions, which then
 /// hold its whole input (for a path that reads them whole), and forgets them.
 fn pack_unpacked(unpacked: &mut Unpacked<'_>, mine: &mut Mine<'_>) {
-    for (d, values) in unpacked.iter_mut().enumerate() {
-        for (place, src) in values.drain(..) {
-            if let Some(out) = mine[d].as_deref_mut().and_then(|r| r.get_mut(place)) {
-                out.copy_from_slice(src);
-            }
+    for (values, region) in unpacked.iter_mut().zip(mine.iter_mut()) {
+        if let Some(region) = region.as_deref_mut() {
+            pack_kept(values, region, 0, usize::MAX);
         }
+        values.clear();
     }
 }
 
@@ -616,6 +612,14 @@ fn within_unpacked<'h>(
         .iter()
         .find(|(place, _)| place.start <= lo && hi <= place.end)
         .map(|(place, src)| &src[lo - place.start..hi - place.start])
+}
+
+/// Whether `collective` reduces: its large payload is [`Node::scatter_gather`].
+fn reduces(collective: Collective) -> bool {
+    matches!(
+        collective,
+        Collective::AllReduce(_) | Collective::ReduceScatter(_) | Collective::Reduce { .. }
+    )
 }
 
 /// Words of the record each leader sends first in a stage: failed?, its ranks' headers
@@ -709,12 +713,7 @@ impl Node {
             Ok(agreed) => agreed,
             Err(outcome) => return (outcome, false),
         };
-        if carried
-            || !matches!(
-                header.collective,
-                Collective::AllReduce(_) | Collective::ReduceScatter(_) | Collective::Reduce { .. }
-            )
-        {
+        if carried || !reduces(header.collective) {
             // Not the path `MpiComm::folds_lent` foresaw (it never sends a large stage's
             // data with the records): every other path reads the regions whole.
             pack_unpacked(&mut unpacked, &mut mine);
@@ -1128,9 +1127,7 @@ impl Node {
         for &d in &dtypes {
             count(lens[d.index()], d)?;
         }
-        if let Collective::AllReduce(_) | Collective::ReduceScatter(_) | Collective::Reduce { .. } =
-            header.collective
-        {
+        if reduces(header.collective) {
             return self.scatter_gather(
                 leader,
                 posts,
@@ -1299,14 +1296,8 @@ impl Node {
                 if within_unpacked(unpacked, d, lo, hi).is_some() {
                     continue;
                 }
-                let Some(region) = mine[d.index()].as_deref_mut() else {
-                    continue;
-                };
-                for (place, src) in &unpacked[d.index()] {
-                    let (a, b) = (place.start.max(lo), place.end.min(hi));
-                    if a < b {
-                        region[a..b].copy_from_slice(&src[a - place.start..b - place.start]);
-                    }
+                if let Some(region) = mine[d.index()].as_deref_mut() {
+                    pack_kept(&unpacked[d.index()], region, lo, hi);
                 }
             }
         }
