@@ -16,7 +16,10 @@
 //! - `hier`: a fused allreduce from 1 MiB with `MPI_PROCS_ACTORS` actors per process (2);
 //! - `flat`: `MPI_Allreduce` from 1 MiB, one rank per process;
 //! - `many`: only the 64 x 1 KiB stage, 15 samples of 4000, for a profiler (`perf record`
-//!   on each process).
+//!   on each process);
+//! - `others`: the other four collectives, one actor per process, against their MPI calls
+//!   (`MPI_Reduce_scatter_block`, `MPI_Allgather`, `MPI_Bcast` and `MPI_Reduce`, the last
+//!   two from rank 0), at `OTHER_SIZES` bytes of input per rank.
 //!
 //! `hier` and `flat` print one `sample MODE BYTES NANOSECONDS` line per sample, which the
 //! script puts side by side (2 processes x 2 actors against 4 flat processes).
@@ -58,6 +61,21 @@ graph! {
 graph! {
     Many(workers: [Worker]) {
         allreduce(workers.many(), Sum)
+    }
+}
+
+graph! {
+    ReduceScatter(workers: [Worker]) {
+        reducescatter(workers.grad(), Sum)
+    }
+    AllGather(workers: [Worker]) {
+        allgather(workers.grad())
+    }
+    Broadcast(workers: [Worker]) {
+        broadcast(workers.grad(), 0)
+    }
+    ReduceTo0(workers: [Worker]) {
+        reduce(workers.grad(), Sum, 0)
     }
 }
 
@@ -126,6 +144,102 @@ fn flat(world: &SimpleCommunicator) {
     }
 }
 
+/// The sizes of `others`, bytes of input per rank.
+const OTHER_SIZES: [usize; 4] = [1 << 10, 32 << 10, 1 << 20, 16 << 20];
+
+/// `others`: reducescatter, allgather, broadcast and reduce against their MPI calls, one
+/// actor per process. (A reduce-scatter gives each rank `1 / processes` of the input, so
+/// its sizes are rounded down to a multiple of the processes.)
+fn others(mpi: &Mpi, world: &SimpleCommunicator) -> Result<(), actorgraph::Error> {
+    let (me, procs) = (mpi.process(), mpi.processes());
+    let root = world.process_at_rank(0);
+    if me == 0 {
+        println!("{procs} processes x 1 actor; {SAMPLES} samples per row, each the mean of a fixed number of operations");
+        println!();
+        println!("| f32 collective, input bytes per rank | MPI min / median / max | actorgraph min / median / max | actorgraph / MPI (medians) | actorgraph - MPI (medians) |");
+        println!("| --- | --- | --- | --- | --- |");
+    }
+    for bytes in sizes(&OTHER_SIZES) {
+        let elems = bytes / 4 / procs * procs;
+        let n = iters(bytes);
+        let worker = || Worker {
+            grad: Tensor::full([elems], 1.0 + me as f32),
+            many: Vec::new(),
+        };
+        let send = vec![1.0f32 + me as f32; elems];
+        let mut part = vec![0.0f32; elems / procs];
+        let mut every = vec![0.0f32; elems * procs];
+        let mut own = send.clone();
+
+        let bare = samples(world, n, || {
+            world.reduce_scatter_block_into(&send[..], &mut part[..], SystemOperation::sum());
+        });
+        let mut g = ReduceScatter::launch(vec![worker()], mpi)?;
+        let fused = samples(world, n, || {
+            std::hint::black_box(g.execute().expect("execute"));
+        });
+        drop(g);
+        if me == 0 {
+            row(
+                &format!("reducescatter {}", size(bytes)),
+                stats(bare),
+                stats(fused),
+            );
+        }
+
+        let bare = samples(world, n, || {
+            world.all_gather_into(&send[..], &mut every[..])
+        });
+        let mut g = AllGather::launch(vec![worker()], mpi)?;
+        let fused = samples(world, n, || {
+            std::hint::black_box(g.execute().expect("execute"));
+        });
+        drop(g);
+        if me == 0 {
+            row(
+                &format!("allgather {}", size(bytes)),
+                stats(bare),
+                stats(fused),
+            );
+        }
+
+        let bare = samples(world, n, || root.broadcast_into(&mut own[..]));
+        let mut g = Broadcast::launch(vec![worker()], mpi)?;
+        let fused = samples(world, n, || {
+            std::hint::black_box(g.execute().expect("execute"));
+        });
+        drop(g);
+        if me == 0 {
+            row(
+                &format!("broadcast {}", size(bytes)),
+                stats(bare),
+                stats(fused),
+            );
+        }
+
+        let bare = samples(world, n, || {
+            if me == 0 {
+                root.reduce_into_root(&send[..], &mut own[..], SystemOperation::sum());
+            } else {
+                root.reduce_into(&send[..], SystemOperation::sum());
+            }
+        });
+        let mut g = ReduceTo0::launch(vec![worker()], mpi)?;
+        let fused = samples(world, n, || {
+            std::hint::black_box(g.execute().expect("execute"));
+        });
+        drop(g);
+        if me == 0 {
+            row(
+                &format!("reduce {}", size(bytes)),
+                stats(bare),
+                stats(fused),
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), actorgraph::Error> {
     // `cargo bench` passes `--bench`; nothing else is read.
     let mpi = Mpi::init()?;
@@ -143,6 +257,7 @@ fn main() -> Result<(), actorgraph::Error> {
             flat(&world);
             return Ok(());
         }
+        Ok("others") => return others(&mpi, &world),
         Ok("many") => {
             // Only the 64 x 1 KiB stage, long enough for a profiler.
             let mut g = Many::launch(vec![worker_many()], &mpi)?;

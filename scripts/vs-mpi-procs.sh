@@ -10,7 +10,10 @@
 #                                                 against MPI_Allreduce over 4 flat
 #                                                 processes, from 1 MiB, ROUNDS (3) runs of
 #                                                 each, alternating
-#        BENCH=all scripts/vs-mpi-procs.sh        both tables
+#        BENCH=others scripts/vs-mpi-procs.sh     reducescatter, allgather, broadcast and
+#                                                 reduce against their MPI calls, 2
+#                                                 processes x 1 actor (or PROCESSES)
+#        BENCH=all scripts/vs-mpi-procs.sh        every table
 # Installs OpenMPI and libclang with apt-get if missing (scripts/install-mpi.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,6 +45,10 @@ if [ "$bench_kind" = procs ] || [ "$bench_kind" = all ]; then
     mpirun "${mpi_flags[@]}" -np "$procs" "$bench" --bench
     echo
     echo "copy and fold of 64 KiB between $procs ranks (scripts/vs-mpi/floor.c), min / median / max: $before before, $(floor) after"
+fi
+if [ "$bench_kind" = others ] || [ "$bench_kind" = all ]; then
+    echo
+    MPI_PROCS_BENCH=others mpirun "${mpi_flags[@]}" -x MPI_PROCS_BENCH -np "$procs" "$bench" --bench
 fi
 if [ "$bench_kind" = hier ] || [ "$bench_kind" = all ]; then
     samples=$(mktemp)

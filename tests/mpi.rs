@@ -236,23 +236,42 @@ struct L {
     rank: usize,
 }
 
+/// Tensors in the large allgather of many values: more than the MPI backend gathers by a
+/// call each, so that they go in one call per dtype region.
+const MANY: usize = 20;
+
+/// Rank `q`'s many tensors in step `s`: together over `SMALL`.
+fn many_values(q: usize, s: u64) -> Vec<Tensor<f32>> {
+    (0..MANY)
+        .map(|k| {
+            let v: Vec<f32> = (0..1000 + k).map(|i| f(q, i + k, s)).collect();
+            Tensor::from_vec(v, [1000 + k]).unwrap()
+        })
+        .collect()
+}
+
 #[actor]
 impl L {
     fn big(&mut self, step: &u64) -> Big {
         big_values(self.rank, *step)
+    }
+    fn many(&mut self, step: &u64) -> Vec<Tensor<f32>> {
+        many_values(self.rank, *step)
     }
 }
 
 graph! {
     Large(workers: [L], step: u64) {
         let (a, b, c, d, e) = workers.big(step);
+        let m = workers.many(step);
         let sum = allreduce([a, b, c], Sum);
         let avg = allreduce(a, Avg);
         let part = reducescatter([c, d, e], Sum);
         let red = reduce([a, b], Sum, 1);
-        let every = allgather(d);
+        let every = allgather([d, c, e]);
         let from = broadcast([a, c], 1);
-        (sum, avg, part, red, every, from)
+        let each_many = allgather(m);
+        (sum, avg, part, red, every, from, each_many)
     }
 }
 
@@ -293,7 +312,8 @@ fn large(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
         let sum_d = reduced(ReduceOp::Sum, &|v| v.3.to_vec());
         let sum_e = reduced(ReduceOp::Sum, &|v| v.4.to_vec());
         let out = g.execute(s).unwrap();
-        for (i, (sum, avg, part, red, every, from)) in out.iter().enumerate() {
+        let many: Vec<Vec<Tensor<f32>>> = (0..size).map(|q| many_values(q, s)).collect();
+        for (i, (sum, avg, part, red, every, from, each_many)) in out.iter().enumerate() {
             let q = here.start + i;
             same_long("large sum a", q, &sum.0.to_vec(), &sum_a);
             same_long("large sum b", q, &sum.1.to_vec(), &sum_b);
@@ -329,7 +349,16 @@ fn large(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
                 (_, _) => panic!("rank {q} is not the root but got a reduction"),
             }
             let each: Vec<f32> = all.iter().flat_map(|v| v.3.to_vec()).collect();
-            same_long("large gather d", q, &every.to_vec(), &each);
+            same_long("large gather d", q, &every.0.to_vec(), &each);
+            let each: Vec<i64> = all.iter().flat_map(|v| v.2.to_vec()).collect();
+            same_long("large gather c", q, &every.1.to_vec(), &each);
+            let each: Vec<f32> = all.iter().flat_map(|v| v.4.to_vec()).collect();
+            same_long("large gather e", q, &every.2.to_vec(), &each);
+            assert_eq!(each_many.len(), MANY);
+            for (k, got) in each_many.iter().enumerate() {
+                let each: Vec<f32> = many.iter().flat_map(|v| v[k].to_vec()).collect();
+                same_long("large gather many", q, &got.to_vec(), &each);
+            }
             same_long("large bcast a", q, &from.0.to_vec(), &all[1].0.to_vec());
             same_long("large bcast c", q, &from.1.to_vec(), &all[1].2.to_vec());
         }
@@ -390,7 +419,8 @@ graph! {
         let (a, short, p, b) = workers.mix(len, step);
         let sum = allreduce([a, short, p, b], Sum);
         let from = broadcast([a, p, b], 1);
-        (sum, from)
+        let every = allgather([a, short, b]);
+        (sum, from, every)
     }
 }
 
@@ -411,7 +441,9 @@ fn mixed(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
             )
         };
         let out = g.execute(len, s).unwrap();
-        for (i, (sum_of, from)) in out.iter().enumerate() {
+        let gathered =
+            |pick: &dyn Fn(&Mix) -> Vec<f32>| -> Vec<f32> { all.iter().flat_map(pick).collect() };
+        for (i, (sum_of, from, every)) in out.iter().enumerate() {
             let q = here.start + i;
             same_long(
                 "mixed sum a",
@@ -435,6 +467,24 @@ fn mixed(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
             same_long("mixed bcast a", q, &from.0.to_vec(), &all[1].0.to_vec());
             same_long("mixed bcast p", q, &from.1 .0, &all[1].2 .0);
             same_long("mixed bcast b", q, &from.2.to_vec(), &all[1].3.to_vec());
+            same_long(
+                "mixed gather a",
+                q,
+                &every.0.to_vec(),
+                &gathered(&|v| v.0.to_vec()),
+            );
+            same_long(
+                "mixed gather short",
+                q,
+                &every.1.to_vec(),
+                &gathered(&|v| v.1.to_vec()),
+            );
+            same_long(
+                "mixed gather b",
+                q,
+                &every.2.to_vec(),
+                &gathered(&|v| v.3.to_vec()),
+            );
         }
     }
     g.teardown().unwrap();

@@ -18,14 +18,17 @@
 //!    same shapes everywhere. A small stage is then done: each leader has every rank's
 //!    data (`Node::small`). A large one runs its payload: for the reductions a reduce-scatter
 //!    in rank order then an allgather, point to point (`Node::scatter_gather`); for the
-//!    others one nonblocking MPI operation per dtype region, started together
-//!    (`MPI_Iallgatherv`, `MPI_Ibcast`). Reductions fold every rank's values in rank
+//!    others nonblocking MPI operations started together, in place where they can be: an
+//!    `MPI_Ibcast` per dtype region into the leader's regions (`Node::broadcast`), an
+//!    `MPI_Iallgatherv` per value from where it is into the output
+//!    (`Node::gather_by_slot`), or for many values one per dtype region
+//!    (`Node::gather_by_region`). Reductions fold every rank's values in rank
 //!    order, in the element's accumulator, as
 //!    [`reduce_reference`](crate::comm::reduce_reference) does: bit for bit the same on
 //!    every rank of every process, whatever the MPI library, and for `f16`/`bf16`, which
 //!    MPI has no type for, too (MPI only moves bytes).
-//! 3. The leader posts the verdict and the results (`Node::shared`), or leaves a large
-//!    `allreduce`'s in its own regions; after a second barrier every other rank copies out
+//! 3. The leader posts the verdict and the results (`Node::shared`), or leaves them in its
+//!    own regions or outputs; after a second barrier every other rank copies out
 //!    what is its own, or, for an `allreduce` of more than `SMALL` bytes, views the
 //!    leader's buffers (`shares_results`: they are handed over at one more barrier).
 //!
@@ -105,8 +108,11 @@ struct Post {
 #[derive(Default)]
 struct Shared {
     outcome: Outcome,
-    /// Every rank's region of each dtype, rank after rank (gathers and reductions).
+    /// Every rank's region of each dtype, rank after rank (gathers and reductions), or,
+    /// when `by_slot`, laid out as an allgather's output: each value's every rank.
     all: [Bytes; DType::COUNT],
+    /// `all` holds an allgather's output as it is (see [`Node::gather_by_slot`]).
+    by_slot: bool,
     /// The result of each dtype (reductions, broadcasts).
     result: [Bytes; DType::COUNT],
     /// The stage's results stay in the leader's regions only: the process's other ranks
@@ -195,11 +201,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl MpiComm {
     /// Whether this process's leader keeps its large lent values out of its regions in
-    /// this stage (see [`Unpacked`]): a reduction across processes whose data from this
-    /// process is too large to ride with the records, so that it runs
-    /// [`Node::scatter_gather`] (a small stage sends the leader's regions whole).
-    fn folds_lent(&self, header: &Header<'_>, collective: Collective) -> bool {
-        reduces(collective)
+    /// this stage (see [`Unpacked`]): a reduction, or an allgather of few values, across
+    /// processes whose data from this process is too large to ride with the records, so
+    /// that it runs [`Node::scatter_gather`] or [`Node::gather_by_slot`] (a small stage
+    /// sends the leader's regions whole).
+    fn keeps_lent(&self, header: &Header<'_>, collective: Collective) -> bool {
+        reads_lent(collective, header.slots.len())
             && header.status == Status::Ok
             && self.spans_processes()
             && self
@@ -275,13 +282,14 @@ impl Communicator for MpiComm {
             wire::encode(header, collective, &mut post.words);
             post.failure = failure;
             // A broadcast needs the root's values only; the leader reads its own in place.
-            let posts_data = self.local != 0
-                && !matches!(collective, Collective::Broadcast { root } if root != self.rank);
+            let needed = !matches!(collective, Collective::Broadcast { root } if root != self.rank);
+            let posts_data = self.local != 0 && needed;
             // The leader reads its inputs from its regions (so may MPI), but for a large
-            // reduction it keeps large lent values where they are (`Unpacked`); the
-            // others post theirs, large lent values straight from where they are.
-            let reads_regions = self.local == 0 || posts_data;
-            let keep_lent = self.local == 0 && self.folds_lent(header, collective);
+            // reduction or allgather it keeps large lent values where they are
+            // (`Unpacked`); the others post theirs, large lent values straight from where
+            // they are.
+            let reads_regions = needed;
+            let keep_lent = self.local == 0 && self.keeps_lent(header, collective);
             for r in regions.iter_mut().filter(|_| reads_regions) {
                 let d = r.dtype();
                 let region = region_bytes(r);
@@ -306,7 +314,7 @@ impl Communicator for MpiComm {
         let mut in_place = false;
         if self.local == 0 {
             let outcome;
-            (outcome, in_place) = node.lead(collective, regions, lend, unpacked);
+            (outcome, in_place) = node.lead(collective, regions, outputs, lend, unpacked);
             node.shared
                 .write()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -458,6 +466,13 @@ fn copy_out(
                 dst.copy_from_slice(shared.result[dtype.index()].bytes(dst.len()));
             }
         }
+        Collective::AllGather if shared.by_slot => {
+            for out in outputs.iter_mut() {
+                let dtype = out.dtype();
+                let dst = region_bytes(out);
+                dst.copy_from_slice(shared.all[dtype.index()].bytes(dst.len()));
+            }
+        }
         Collective::AllGather => {
             let lens = region_lens(slots);
             for out in outputs.iter_mut() {
@@ -574,7 +589,8 @@ fn pack_lent<'h>(
 /// dtype: each one's place in its region (whose bytes there are stale) and its elements.
 /// In a large reduction the leader sends the chunks that lie within one such value
 /// straight from it, and folds its own chunk reading it in place: a region of one 1 MiB
-/// tensor is then never copied into the region before MPI reads it. Smaller values are
+/// tensor is then never copied into the region before MPI reads it. A large allgather of
+/// few values sends each from where it is ([`Node::gather_by_slot`]). Smaller values are
 /// packed, as a copy per value costs more than it saves (see [`POST_IN_PLACE`]).
 type Unpacked<'h> = [Vec<(std::ops::Range<usize>, &'h [u8])>; DType::COUNT];
 
@@ -614,12 +630,40 @@ fn within_unpacked<'h>(
         .map(|(place, src)| &src[lo - place.start..hi - place.start])
 }
 
+/// `bytes` as the `i32` count of one MPI call, or why not.
+fn mpi_count(bytes: usize) -> Result<i32, String> {
+    i32::try_from(bytes).map_err(|_| format!("{bytes} bytes are over MPI's 2 GiB per call"))
+}
+
+/// The leader's input bytes at `place` of its region of dtype `d`: from the value kept
+/// there (see [`Unpacked`]) when one covers it, else from the region.
+fn leader_bytes<'a>(
+    mine: &'a Mine<'_>,
+    unpacked: &Unpacked<'a>,
+    d: DType,
+    place: std::ops::Range<usize>,
+) -> Option<&'a [u8]> {
+    within_unpacked(unpacked, d, place.start, place.end)
+        .or_else(|| mine[d.index()].as_deref()?.get(place))
+}
+
 /// Whether `collective` reduces: its large payload is [`Node::scatter_gather`].
 fn reduces(collective: Collective) -> bool {
     matches!(
         collective,
         Collective::AllReduce(_) | Collective::ReduceScatter(_) | Collective::Reduce { .. }
     )
+}
+
+/// The most values an allgather moves by one MPI call each ([`Node::gather_by_slot`]):
+/// each is sent from where it is and received where the output wants it. One with more
+/// packs them into one call per dtype, whose per-call cost would otherwise add up.
+const GATHER_CALLS: usize = 16;
+
+/// Whether the large payload of a `collective` of `slots` values reads the leader's lent
+/// values where they are (see [`Unpacked`]).
+fn reads_lent(collective: Collective, slots: usize) -> bool {
+    reduces(collective) || matches!(collective, Collective::AllGather) && slots <= GATHER_CALLS
 }
 
 /// Words of the record each leader sends first in a stage: failed?, its ranks' headers
@@ -692,6 +736,7 @@ impl Node {
         &self,
         collective: Collective,
         own: &mut [RegionMut<'_>],
+        outputs: &mut [RegionMut<'_>],
         lend: bool,
         mut unpacked: Unpacked<'_>,
     ) -> (Outcome, bool) {
@@ -700,6 +745,7 @@ impl Node {
         let posts: Vec<MutexGuard<'_, Post>> = self.posts.iter().map(lock).collect();
         let mut shared = self.shared.write().unwrap_or_else(PoisonError::into_inner);
         shared.lent = lend;
+        shared.by_slot = false;
         if self.stop() {
             // No new MPI call after an abort: it would be matched with a given-up one.
             return (aborted(Abandoned), false);
@@ -713,10 +759,15 @@ impl Node {
             Ok(agreed) => agreed,
             Err(outcome) => return (outcome, false),
         };
-        if carried || !reduces(header.collective) {
-            // Not the path `MpiComm::folds_lent` foresaw (it never sends a large stage's
+        if carried || !reads_lent(header.collective, header.slots.len()) {
+            // Not the path `MpiComm::keeps_lent` foresaw (it never sends a large stage's
             // data with the records): every other path reads the regions whole.
             pack_unpacked(&mut unpacked, &mut mine);
+        }
+        let mut outs: Mine<'_> = Default::default();
+        for r in outputs.iter_mut() {
+            let d = r.dtype();
+            outs[d.index()] = Some(region_bytes(r));
         }
         let done = if carried {
             self.small(leader, &posts, &mut mine, &header, &mut shared)
@@ -724,7 +775,7 @@ impl Node {
             self.payload(
                 leader,
                 &posts,
-                &mut mine,
+                (&mut mine, &mut outs),
                 &header,
                 &mut shared,
                 &mut unpacked,
@@ -1102,14 +1153,16 @@ impl Node {
         Ok(in_place)
     }
 
-    /// The payload of a large stage, once agreed: one nonblocking MPI operation per dtype
-    /// region, started together (`MPI_Ibcast`, `MPI_Iallgatherv`), or, for the reductions,
-    /// [`Node::scatter_gather`]. Whether the leader's regions hold its results already.
+    /// The payload of a large stage, once agreed: for the reductions
+    /// [`Node::scatter_gather`]; for a broadcast one nonblocking `MPI_Ibcast` per dtype
+    /// region, started together, into the leader's regions; for an allgather of few values
+    /// [`Node::gather_by_slot`], else one `MPI_Iallgatherv` per dtype region. Whether the
+    /// leader's regions, or for an allgather its outputs, hold its results already.
     fn payload(
         &self,
         leader: &mut Leader,
         posts: &[MutexGuard<'_, Post>],
-        mine: &mut Mine<'_>,
+        (mine, outs): (&mut Mine<'_>, &mut Mine<'_>),
         header: &OwnedHeader,
         shared: &mut Shared,
         unpacked: &mut Unpacked<'_>,
@@ -1119,69 +1172,211 @@ impl Node {
             .into_iter()
             .filter(|d| lens[d.index()] > 0)
             .collect();
-        let count = |elems: usize, d: DType| {
-            i32::try_from(elems * d.size()).map_err(|_| {
-                format!("a region of {elems} {d} elements is over MPI's 2 GiB per call")
-            })
-        };
         for &d in &dtypes {
-            count(lens[d.index()], d)?;
+            mpi_count(lens[d.index()] * d.size())?;
         }
-        if reduces(header.collective) {
-            return self.scatter_gather(
-                leader,
-                posts,
-                mine,
-                &lens,
-                header.collective,
-                shared,
-                unpacked,
-            );
+        match header.collective {
+            c if reduces(c) => self.scatter_gather(leader, posts, mine, &lens, c, shared, unpacked),
+            Collective::Broadcast { root } => {
+                self.broadcast(leader, posts, mine, &lens, root, shared)
+            }
+            _ if header.slots.len() <= GATHER_CALLS => {
+                self.gather_by_slot(leader, posts, (mine, outs), header, shared, unpacked)
+            }
+            _ => self.gather_by_region(leader, posts, mine, &lens, shared),
         }
-        if let Collective::Broadcast { root } = header.collective {
-            let from = self.process_of(root).ok_or("the root is no rank")?;
-            let rank_here = root.wrapping_sub(self.offsets[self.process]);
-            for &d in &dtypes {
-                let bytes = lens[d.index()] * d.size();
-                if from == self.process {
-                    let src = input(mine, posts, rank_here, d, bytes)?;
-                    shared.result[d.index()]
-                        .bytes_mut(bytes)
-                        .copy_from_slice(src);
-                } else {
-                    shared.result[d.index()].bytes_mut(bytes);
+    }
+
+    /// A large broadcast: one `MPI_Ibcast` per dtype region, started together, in place
+    /// in the leader's regions (the root's leader sends its own, or its root rank's post
+    /// copied into them), as `MPI_Bcast` does in the caller's buffer. Whether the leader's
+    /// regions hold the results (they do unless a region is missing); the process's other
+    /// ranks copy them from `shared.result`.
+    fn broadcast(
+        &self,
+        leader: &Leader,
+        posts: &[MutexGuard<'_, Post>],
+        mine: &mut Mine<'_>,
+        lens: &[usize; DType::COUNT],
+        root: usize,
+        shared: &mut Shared,
+    ) -> Result<bool, String> {
+        let from = self.process_of(root).ok_or("the root is no rank")?;
+        let root_here = root.wrapping_sub(self.offsets[self.process]);
+        let bytes = |d: DType| lens[d.index()] * d.size();
+        // In the leader's regions when it has them, whole; the same MPI calls either way.
+        let in_place = DType::ALL.iter().all(|&d| {
+            bytes(d) == 0
+                || mine[d.index()]
+                    .as_ref()
+                    .is_some_and(|r| r.len() == bytes(d))
+        });
+        let mut bufs: Vec<&mut [u8]> = Vec::new();
+        for (d, (region, result)) in mine.iter_mut().zip(&mut shared.result).enumerate() {
+            let (d, bytes) = (DType::ALL[d], bytes(DType::ALL[d]));
+            if bytes == 0 {
+                continue;
+            }
+            let buf = match region.as_deref_mut() {
+                Some(region) if in_place => region,
+                _ => result.bytes_mut(bytes),
+            };
+            // The root's leader's region holds its input already (packed).
+            if from == self.process && (root_here != 0 || !in_place) {
+                let src = match root_here {
+                    0 => return Err(format!("the leader has no {d} region of {bytes} bytes")),
+                    r => {
+                        posts.get(r).ok_or("the root is no rank here")?.data[d.index()].bytes(bytes)
+                    }
+                };
+                buf.copy_from_slice(src);
+            }
+            bufs.push(buf);
+        }
+        let root = leader.comm.0.process_at_rank(from as i32);
+        ::mpi::request::scope(|scope| {
+            let requests = bufs
+                .iter_mut()
+                .map(|buf| root.immediate_broadcast_into(scope, &mut **buf))
+                .collect();
+            wait_all(requests);
+        });
+        if in_place && posts.len() > 1 {
+            for (region, result) in mine.iter().zip(&mut shared.result) {
+                if let Some(region) = region.as_deref().filter(|r| !r.is_empty()) {
+                    result.bytes_mut(region.len()).copy_from_slice(region);
                 }
             }
-            let root = leader.comm.0.process_at_rank(from as i32);
-            ::mpi::request::scope(|scope| {
-                let mut requests = Vec::with_capacity(dtypes.len());
-                for (d, buf) in shared.result.iter_mut().enumerate() {
-                    let bytes = lens[d] * DType::ALL[d].size();
-                    if bytes > 0 {
-                        requests.push(root.immediate_broadcast_into(scope, buf.bytes_mut(bytes)));
-                    }
-                }
-                wait_all(requests);
-            });
-            return Ok(false);
         }
-        // allgather: every rank's inputs, this process's ranks' back to back.
+        Ok(in_place)
+    }
+
+    /// A large allgather of at most [`GATHER_CALLS`] values: one `MPI_Iallgatherv` per
+    /// value, started together, each sending the value from where it is (with one rank
+    /// in this process: the value it lent, or its place in the leader's region; with more,
+    /// every rank's packed one after the other) and receiving straight into its place in
+    /// the output (the leader's, when it is this process's only rank; else `shared.all`,
+    /// laid out as the output, from which every rank copies once). Whether the leader's
+    /// outputs hold the results.
+    fn gather_by_slot(
+        &self,
+        leader: &mut Leader,
+        posts: &[MutexGuard<'_, Post>],
+        (mine, outs): (&mut Mine<'_>, &mut Mine<'_>),
+        header: &OwnedHeader,
+        shared: &mut Shared,
+        unpacked: &Unpacked<'_>,
+    ) -> Result<bool, String> {
+        let (n, size) = (posts.len(), self.size);
+        let lens = region_lens(&header.slots);
+        let places: Vec<(DType, std::ops::Range<usize>)> = slot_places(&header.slots)
+            .filter(|&(_, _, len)| len > 0)
+            .map(|(d, at, len)| (d, at * d.size()..(at + len) * d.size()))
+            .collect();
+        // Each value's counts and displacements: its bytes from each process's ranks.
+        let mut partitions = Vec::with_capacity(places.len());
+        for (_, place) in &places {
+            let one = place.len();
+            mpi_count(size * one)?;
+            let counts = self.counts.iter().map(|&c| mpi_count(c * one));
+            let displs = self.offsets.iter().map(|&o| mpi_count(o * one));
+            partitions.push((
+                counts.collect::<Result<Vec<i32>, String>>()?,
+                displs.collect::<Result<Vec<i32>, String>>()?,
+            ));
+        }
+        // With several ranks here, each value's send is theirs, one after the other.
+        if n > 1 {
+            let total: usize = places.iter().map(|(_, p)| n * p.len()).sum();
+            let send = leader.send.bytes_mut(total);
+            let mut at = 0;
+            for (d, place) in &places {
+                for (l, post) in posts.iter().enumerate() {
+                    let src = match l {
+                        0 => leader_bytes(mine, unpacked, *d, place.clone()),
+                        _ => post.data[d.index()]
+                            .bytes(lens[d.index()] * d.size())
+                            .get(place.clone()),
+                    };
+                    let src = src.ok_or_else(|| {
+                        format!("rank {l} here has no {d} value of {} bytes", place.len())
+                    })?;
+                    send[at..at + place.len()].copy_from_slice(src);
+                    at += place.len();
+                }
+            }
+        }
+        let into_outputs = n == 1
+            && DType::ALL.iter().all(|&d| {
+                let want = size * lens[d.index()] * d.size();
+                want == 0 || outs[d.index()].as_ref().is_some_and(|o| o.len() == want)
+            });
+        // Each dtype's output, cut into the values' parts in order.
+        let mut rest: [&mut [u8]; DType::COUNT] = Default::default();
+        for (d, (out, all)) in outs.iter_mut().zip(&mut shared.all).enumerate() {
+            let want = size * lens[d] * DType::ALL[d].size();
+            rest[d] = match out.as_deref_mut() {
+                Some(out) if into_outputs => out,
+                _ => all.bytes_mut(want),
+            };
+        }
+        let mut recvs = Vec::with_capacity(places.len());
+        let mut sends = Vec::with_capacity(places.len());
+        let mut at = 0;
+        for ((d, place), (counts, displs)) in places.iter().zip(&partitions) {
+            let buf = std::mem::take(&mut rest[d.index()]);
+            let (recv, tail) = buf.split_at_mut(size * place.len());
+            rest[d.index()] = tail;
+            recvs.push(PartitionMut::new(recv, &counts[..], &displs[..]));
+            sends.push(if n > 1 {
+                let send = leader.send.bytes(at + n * place.len());
+                at += n * place.len();
+                &send[at - n * place.len()..]
+            } else {
+                leader_bytes(mine, unpacked, *d, place.clone()).ok_or_else(|| {
+                    format!("the leader has no {d} value of {} bytes", place.len())
+                })?
+            });
+        }
+        let comm = &leader.comm.0;
+        ::mpi::request::scope(|scope| {
+            let requests = sends
+                .iter()
+                .zip(recvs.iter_mut())
+                .map(|(send, recv)| comm.immediate_all_gather_varcount_into(scope, *send, recv))
+                .collect();
+            wait_all(requests);
+        });
+        shared.by_slot = !into_outputs;
+        Ok(into_outputs)
+    }
+
+    /// A large allgather of many values: one `MPI_Iallgatherv` per dtype region, started
+    /// together, from every rank's region of this process one after the other, into
+    /// `shared.all`.
+    fn gather_by_region(
+        &self,
+        leader: &mut Leader,
+        posts: &[MutexGuard<'_, Post>],
+        mine: &Mine<'_>,
+        lens: &[usize; DType::COUNT],
+        shared: &mut Shared,
+    ) -> Result<bool, String> {
         let n = posts.len();
+        let dtypes: Vec<DType> = DType::ALL
+            .into_iter()
+            .filter(|d| lens[d.index()] > 0)
+            .collect();
         let mut partitions = Vec::with_capacity(dtypes.len());
         for &d in &dtypes {
-            let region = lens[d.index()];
-            let counts = self
-                .counts
-                .iter()
-                .map(|&c| count(c * region, d))
-                .collect::<Result<Vec<i32>, String>>()?;
-            let displs = self
-                .offsets
-                .iter()
-                .map(|&o| count(o * region, d))
-                .collect::<Result<Vec<i32>, String>>()?;
-            count(self.size * region, d)?;
-            partitions.push((d, counts, displs));
+            let region = lens[d.index()] * d.size();
+            let counts = self.counts.iter().map(|&c| mpi_count(c * region));
+            let displs = self.offsets.iter().map(|&o| mpi_count(o * region));
+            mpi_count(self.size * region)?;
+            partitions.push((
+                counts.collect::<Result<Vec<i32>, String>>()?,
+                displs.collect::<Result<Vec<i32>, String>>()?,
+            ));
         }
         // The send buffer holds every dtype's block, one after the other.
         let blocks: Vec<usize> = dtypes
@@ -1201,21 +1396,18 @@ impl Node {
             }
         }
         let send = &*send;
-        let all_lens: Vec<usize> = DType::ALL
-            .iter()
-            .map(|d| self.size * lens[d.index()] * d.size())
-            .collect();
         let mut parts = partitions.iter();
         let mut recvs = Vec::with_capacity(dtypes.len());
         for (d, all) in shared.all.iter_mut().enumerate() {
-            if all_lens[d] == 0 {
+            let bytes = self.size * lens[d] * DType::ALL[d].size();
+            if bytes == 0 {
                 continue;
             }
-            let Some((_, counts, displs)) = parts.next() else {
+            let Some((counts, displs)) = parts.next() else {
                 break;
             };
             recvs.push(PartitionMut::new(
-                all.bytes_mut(all_lens[d]),
+                all.bytes_mut(bytes),
                 &counts[..],
                 &displs[..],
             ));
