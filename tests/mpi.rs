@@ -204,6 +204,9 @@ const BIG_ROWS: usize = 24_000;
 /// Rows of its second f32 value: so that a process's chunk of the f32 region crosses from
 /// one value into the next.
 const MORE_ROWS: usize = 12_000;
+/// Elements of the longest value, broadcast with others: so that the f32 region goes in
+/// several pieces whose bounds fall inside values and between them.
+const LONGEST: usize = 150_001;
 
 /// Rank `q`'s large values in step `s`.
 fn big_values(q: usize, s: u64) -> Big {
@@ -214,12 +217,14 @@ fn big_values(q: usize, s: u64) -> Big {
     let c: Vec<i64> = (0..BIG_ROWS).map(|i| (q * 7 + i) as i64 - 3).collect();
     let d: Vec<f32> = (0..BIG_ROWS).map(|i| f(q, i + 1, s)).collect();
     let e: Vec<f32> = (0..MORE_ROWS).map(|i| f(q, i + 2, s)).collect();
+    let g: Vec<f32> = (0..LONGEST).map(|i| f(q, i + 5, s)).collect();
     (
         Tensor::from_vec(a, [BIG]).unwrap(),
         Tensor::from_vec(b, [BIG]).unwrap(),
         Tensor::from_vec(c, [BIG_ROWS]).unwrap(),
         Tensor::from_vec(d, [BIG_ROWS]).unwrap(),
         Tensor::from_vec(e, [MORE_ROWS]).unwrap(),
+        Tensor::from_vec(g, [LONGEST]).unwrap(),
     )
 }
 
@@ -227,6 +232,7 @@ type Big = (
     Tensor<f32>,
     Tensor<f16>,
     Tensor<i64>,
+    Tensor<f32>,
     Tensor<f32>,
     Tensor<f32>,
 );
@@ -262,14 +268,14 @@ impl L {
 
 graph! {
     Large(workers: [L], step: u64) {
-        let (a, b, c, d, e) = workers.big(step);
+        let (a, b, c, d, e, g) = workers.big(step);
         let m = workers.many(step);
         let sum = allreduce([a, b, c], Sum);
         let avg = allreduce(a, Avg);
         let part = reducescatter([c, d, e], Sum);
         let red = reduce([a, b], Sum, 1);
         let every = allgather([d, c, e]);
-        let from = broadcast([a, c], 1);
+        let from = broadcast([a, g, c, e], 1);
         let each_many = allgather(m);
         (sum, avg, part, red, every, from, each_many)
     }
@@ -360,7 +366,9 @@ fn large(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
                 same_long("large gather many", q, &got.to_vec(), &each);
             }
             same_long("large bcast a", q, &from.0.to_vec(), &all[1].0.to_vec());
-            same_long("large bcast c", q, &from.1.to_vec(), &all[1].2.to_vec());
+            same_long("large bcast g", q, &from.1.to_vec(), &all[1].5.to_vec());
+            same_long("large bcast c", q, &from.2.to_vec(), &all[1].2.to_vec());
+            same_long("large bcast e", q, &from.3.to_vec(), &all[1].4.to_vec());
         }
     }
     g.teardown().unwrap();

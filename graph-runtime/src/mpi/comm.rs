@@ -19,7 +19,8 @@
 //!    data (`Node::small`). A large one runs its payload: for the reductions a reduce-scatter
 //!    in rank order then an allgather, point to point (`Node::scatter_gather`); for the
 //!    others nonblocking MPI operations started together, in place where they can be: an
-//!    `MPI_Ibcast` per dtype region into the leader's regions (`Node::broadcast`), an
+//!    `MPI_Ibcast` per piece of each dtype region into the leader's regions, the root's
+//!    leader packing each piece just before it starts it (`Node::broadcast`), an
 //!    `MPI_Iallgatherv` per value from where it is into the output
 //!    (`Node::gather_by_slot`), or for many values one per dtype region
 //!    (`Node::gather_by_region`). Reductions fold every rank's values in rank
@@ -594,13 +595,14 @@ fn pack_lent<'h>(
 /// packed, as a copy per value costs more than it saves (see [`POST_IN_PLACE`]).
 type Unpacked<'h> = [Vec<(std::ops::Range<usize>, &'h [u8])>; DType::COUNT];
 
-/// Copies the part within `lo..hi` of each kept value of `values` (one dtype's
-/// [`Unpacked`]) into its place in `region`.
-fn pack_kept(values: &[(std::ops::Range<usize>, &[u8])], region: &mut [u8], lo: usize, hi: usize) {
+/// Copies the part of each kept value of `values` (one dtype's [`Unpacked`]) that lies
+/// within `piece`, the bytes of its region from `at` on, into its place there.
+fn pack_kept(values: &[(std::ops::Range<usize>, &[u8])], piece: &mut [u8], at: usize) {
+    let end = at.saturating_add(piece.len());
     for (place, src) in values {
-        let (a, b) = (place.start.max(lo), place.end.min(hi));
-        if let Some(out) = region.get_mut(a..b) {
-            out.copy_from_slice(&src[a - place.start..b - place.start]);
+        let (a, b) = (place.start.max(at), place.end.min(end));
+        if a < b {
+            piece[a - at..b - at].copy_from_slice(&src[a - place.start..b - place.start]);
         }
     }
 }
@@ -610,7 +612,7 @@ fn pack_kept(values: &[(std::ops::Range<usize>, &[u8])], region: &mut [u8], lo: 
 fn pack_unpacked(unpacked: &mut Unpacked<'_>, mine: &mut Mine<'_>) {
     for (values, region) in unpacked.iter_mut().zip(mine.iter_mut()) {
         if let Some(region) = region.as_deref_mut() {
-            pack_kept(values, region, 0, usize::MAX);
+            pack_kept(values, region, 0);
         }
         values.clear();
     }
@@ -661,9 +663,20 @@ fn reduces(collective: Collective) -> bool {
 const GATHER_CALLS: usize = 16;
 
 /// Whether the large payload of a `collective` of `slots` values reads the leader's lent
-/// values where they are (see [`Unpacked`]).
+/// values where they are (see [`Unpacked`]): a broadcast's root packs them piece by piece.
 fn reads_lent(collective: Collective, slots: usize) -> bool {
-    reduces(collective) || matches!(collective, Collective::AllGather) && slots <= GATHER_CALLS
+    match collective {
+        Collective::AllGather => slots <= GATHER_CALLS,
+        Collective::Broadcast { .. } => true,
+        c => reduces(c),
+    }
+}
+
+/// The pieces a large broadcast sends each region of `bytes` in, one `MPI_Ibcast` each, so
+/// that the root's leader sends a piece while it packs the next: about 256 KiB each, at
+/// most 16 (the same on every process).
+fn broadcast_pieces(bytes: usize) -> usize {
+    (bytes / (256 << 10)).clamp(1, 16)
 }
 
 /// Words of the record each leader sends first in a stage: failed?, its ranks' headers
@@ -1177,8 +1190,8 @@ impl Node {
         }
         match header.collective {
             c if reduces(c) => self.scatter_gather(leader, posts, mine, &lens, c, shared, unpacked),
-            Collective::Broadcast { root } => {
-                self.broadcast(leader, posts, mine, &lens, root, shared)
+            Collective::Broadcast { .. } => {
+                self.broadcast(leader, posts, mine, header, shared, unpacked)
             }
             _ if header.slots.len() <= GATHER_CALLS => {
                 self.gather_by_slot(leader, posts, (mine, outs), header, shared, unpacked)
@@ -1187,22 +1200,28 @@ impl Node {
         }
     }
 
-    /// A large broadcast: one `MPI_Ibcast` per dtype region, started together, in place
-    /// in the leader's regions (the root's leader sends its own, or its root rank's post
-    /// copied into them), as `MPI_Bcast` does in the caller's buffer. Whether the leader's
-    /// regions hold the results (they do unless a region is missing); the process's other
-    /// ranks copy them from `shared.result`.
+    /// A large broadcast: `MPI_Ibcast`s in place in the leader's regions, as `MPI_Bcast`
+    /// does in the caller's buffer, each region in [`broadcast_pieces`], all started
+    /// together. The root's leader fills each piece just before it starts it (from the
+    /// values it kept, see [`Unpacked`], or its root rank's post), so that the first ones
+    /// travel while it packs the rest. Whether the leader's regions hold the results
+    /// (they do unless a region is missing); the process's other ranks copy them from
+    /// `shared.result`.
     fn broadcast(
         &self,
         leader: &Leader,
         posts: &[MutexGuard<'_, Post>],
         mine: &mut Mine<'_>,
-        lens: &[usize; DType::COUNT],
-        root: usize,
+        header: &OwnedHeader,
         shared: &mut Shared,
+        unpacked: &Unpacked<'_>,
     ) -> Result<bool, String> {
+        let Collective::Broadcast { root } = header.collective else {
+            return Err("a broadcast's payload for another collective".into());
+        };
+        let lens = region_lens(&header.slots);
         let from = self.process_of(root).ok_or("the root is no rank")?;
-        let root_here = root.wrapping_sub(self.offsets[self.process]);
+        let root_here = (from == self.process).then(|| root - self.offsets[self.process]);
         let bytes = |d: DType| lens[d.index()] * d.size();
         // In the leader's regions when it has them, whole; the same MPI calls either way.
         let in_place = DType::ALL.iter().all(|&d| {
@@ -1211,34 +1230,44 @@ impl Node {
                     .as_ref()
                     .is_some_and(|r| r.len() == bytes(d))
         });
-        let mut bufs: Vec<&mut [u8]> = Vec::new();
+        // Checked before any request starts (a request must be waited for).
+        match root_here {
+            Some(0) if !in_place => return Err("the root's leader has no whole regions".into()),
+            Some(r) if r >= posts.len() => return Err("the root is no rank here".into()),
+            _ => {}
+        }
+        let mut bufs: Vec<(DType, &mut [u8])> = Vec::new();
         for (d, (region, result)) in mine.iter_mut().zip(&mut shared.result).enumerate() {
             let (d, bytes) = (DType::ALL[d], bytes(DType::ALL[d]));
-            if bytes == 0 {
-                continue;
+            if bytes > 0 {
+                bufs.push(match region.as_deref_mut() {
+                    Some(region) if in_place => (d, region),
+                    _ => (d, result.bytes_mut(bytes)),
+                });
             }
-            let buf = match region.as_deref_mut() {
-                Some(region) if in_place => region,
-                _ => result.bytes_mut(bytes),
-            };
-            // The root's leader's region holds its input already (packed).
-            if from == self.process && (root_here != 0 || !in_place) {
-                let src = match root_here {
-                    0 => return Err(format!("the leader has no {d} region of {bytes} bytes")),
-                    r => {
-                        posts.get(r).ok_or("the root is no rank here")?.data[d.index()].bytes(bytes)
-                    }
-                };
-                buf.copy_from_slice(src);
-            }
-            bufs.push(buf);
         }
         let root = leader.comm.0.process_at_rank(from as i32);
         ::mpi::request::scope(|scope| {
-            let requests = bufs
-                .iter_mut()
-                .map(|buf| root.immediate_broadcast_into(scope, &mut **buf))
-                .collect();
+            let mut requests = Vec::new();
+            for (d, buf) in bufs.iter_mut() {
+                let pieces = broadcast_pieces(buf.len());
+                let (len, mut at) = (buf.len().div_ceil(pieces), 0);
+                let mut rest = &mut **buf;
+                while !rest.is_empty() {
+                    let cut = len.min(rest.len());
+                    let (piece, tail) = std::mem::take(&mut rest).split_at_mut(cut);
+                    match root_here {
+                        Some(0) => pack_kept(&unpacked[d.index()], piece, at),
+                        Some(r) => piece.copy_from_slice(
+                            &posts[r].data[d.index()].bytes(at + piece.len())[at..],
+                        ),
+                        None => {}
+                    }
+                    at += piece.len();
+                    rest = tail;
+                    requests.push(root.immediate_broadcast_into(scope, piece));
+                }
+            }
             wait_all(requests);
         });
         if in_place && posts.len() > 1 {
@@ -1488,8 +1517,11 @@ impl Node {
                 if within_unpacked(unpacked, d, lo, hi).is_some() {
                     continue;
                 }
-                if let Some(region) = mine[d.index()].as_deref_mut() {
-                    pack_kept(&unpacked[d.index()], region, lo, hi);
+                if let Some(piece) = mine[d.index()]
+                    .as_deref_mut()
+                    .and_then(|r| r.get_mut(lo..hi))
+                {
+                    pack_kept(&unpacked[d.index()], piece, lo);
                 }
             }
         }
