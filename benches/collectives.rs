@@ -76,145 +76,7 @@ graph! {
         allreduce(t)
     }
 
-    Fused64(workers: [Holder]) {
-        let t0 = workers.next();
-        let t1 = workers.next();
-        let t2 = workers.next();
-        let t3 = workers.next();
-        let t4 = workers.next();
-        let t5 = workers.next();
-        let t6 = workers.next();
-        let t7 = workers.next();
-        let t8 = workers.next();
-        let t9 = workers.next();
-        let t10 = workers.next();
-        let t11 = workers.next();
-        let t12 = workers.next();
-        let t13 = workers.next();
-        let t14 = workers.next();
-        let t15 = workers.next();
-        let t16 = workers.next();
-        let t17 = workers.next();
-        let t18 = workers.next();
-        let t19 = workers.next();
-        let t20 = workers.next();
-        let t21 = workers.next();
-        let t22 = workers.next();
-        let t23 = workers.next();
-        let t24 = workers.next();
-        let t25 = workers.next();
-        let t26 = workers.next();
-        let t27 = workers.next();
-        let t28 = workers.next();
-        let t29 = workers.next();
-        let t30 = workers.next();
-        let t31 = workers.next();
-        let t32 = workers.next();
-        let t33 = workers.next();
-        let t34 = workers.next();
-        let t35 = workers.next();
-        let t36 = workers.next();
-        let t37 = workers.next();
-        let t38 = workers.next();
-        let t39 = workers.next();
-        let t40 = workers.next();
-        let t41 = workers.next();
-        let t42 = workers.next();
-        let t43 = workers.next();
-        let t44 = workers.next();
-        let t45 = workers.next();
-        let t46 = workers.next();
-        let t47 = workers.next();
-        let t48 = workers.next();
-        let t49 = workers.next();
-        let t50 = workers.next();
-        let t51 = workers.next();
-        let t52 = workers.next();
-        let t53 = workers.next();
-        let t54 = workers.next();
-        let t55 = workers.next();
-        let t56 = workers.next();
-        let t57 = workers.next();
-        let t58 = workers.next();
-        let t59 = workers.next();
-        let t60 = workers.next();
-        let t61 = workers.next();
-        let t62 = workers.next();
-        let t63 = workers.next();
-        allreduce([t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16, t17, t18, t19, t20, t21, t22, t23, t24, t25, t26, t27, t28, t29, t30, t31, t32, t33, t34, t35, t36, t37, t38, t39, t40, t41, t42, t43, t44, t45, t46, t47, t48, t49, t50, t51, t52, t53, t54, t55, t56, t57, t58, t59, t60, t61, t62, t63])
-    }
 
-    // The same 64 calls without the stage: the outputs are then the actors' own tensors
-    // (whose counts the caller's drop takes from the actors' cores), not views of one
-    // reduced buffer, so this is an upper bound of what the fused row spends outside the
-    // stage.
-    Unreduced64(workers: [Holder]) {
-        let t0 = workers.next();
-        let t1 = workers.next();
-        let t2 = workers.next();
-        let t3 = workers.next();
-        let t4 = workers.next();
-        let t5 = workers.next();
-        let t6 = workers.next();
-        let t7 = workers.next();
-        let t8 = workers.next();
-        let t9 = workers.next();
-        let t10 = workers.next();
-        let t11 = workers.next();
-        let t12 = workers.next();
-        let t13 = workers.next();
-        let t14 = workers.next();
-        let t15 = workers.next();
-        let t16 = workers.next();
-        let t17 = workers.next();
-        let t18 = workers.next();
-        let t19 = workers.next();
-        let t20 = workers.next();
-        let t21 = workers.next();
-        let t22 = workers.next();
-        let t23 = workers.next();
-        let t24 = workers.next();
-        let t25 = workers.next();
-        let t26 = workers.next();
-        let t27 = workers.next();
-        let t28 = workers.next();
-        let t29 = workers.next();
-        let t30 = workers.next();
-        let t31 = workers.next();
-        let t32 = workers.next();
-        let t33 = workers.next();
-        let t34 = workers.next();
-        let t35 = workers.next();
-        let t36 = workers.next();
-        let t37 = workers.next();
-        let t38 = workers.next();
-        let t39 = workers.next();
-        let t40 = workers.next();
-        let t41 = workers.next();
-        let t42 = workers.next();
-        let t43 = workers.next();
-        let t44 = workers.next();
-        let t45 = workers.next();
-        let t46 = workers.next();
-        let t47 = workers.next();
-        let t48 = workers.next();
-        let t49 = workers.next();
-        let t50 = workers.next();
-        let t51 = workers.next();
-        let t52 = workers.next();
-        let t53 = workers.next();
-        let t54 = workers.next();
-        let t55 = workers.next();
-        let t56 = workers.next();
-        let t57 = workers.next();
-        let t58 = workers.next();
-        let t59 = workers.next();
-        let t60 = workers.next();
-        let t61 = workers.next();
-        let t62 = workers.next();
-        let t63 = workers.next();
-        (t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16, t17, t18, t19, t20, t21, t22, t23, t24, t25, t26, t27, t28, t29, t30, t31, t32, t33, t34, t35, t36, t37, t38, t39, t40, t41, t42, t43, t44, t45, t46, t47, t48, t49, t50, t51, t52, t53, t54, t55, t56, t57, t58, t59, t60, t61, t62, t63)
-    }
 
     Separate64(workers: [Holder]) {
         let t0 = workers.next();
@@ -360,6 +222,29 @@ fn bucket8(c: &mut Criterion) {
     }
     group.finish();
 }
+
+/// A graph of 64 `next()` calls per actor (`t0` to `t63`) whose output is `$out`.
+macro_rules! graph_of_64 {
+    ($name:ident => $out:expr) => {
+        graph_of_64!(@ $name, $out, t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16, t17, t18, t19, t20, t21, t22, t23, t24, t25, t26, t27, t28, t29, t30, t31, t32, t33, t34, t35, t36, t37, t38, t39, t40, t41, t42, t43, t44, t45, t46, t47, t48, t49, t50, t51, t52, t53, t54, t55, t56, t57, t58, t59, t60, t61, t62, t63);
+    };
+    (@ $name:ident, $out:expr, $($t:ident),*) => {
+        graph! {
+            $name(workers: [Holder]) {
+                $(let $t = workers.next();)*
+                $out
+            }
+        }
+    };
+}
+
+graph_of_64!(Fused64 => allreduce([t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16, t17, t18, t19, t20, t21, t22, t23, t24, t25, t26, t27, t28, t29, t30, t31, t32, t33, t34, t35, t36, t37, t38, t39, t40, t41, t42, t43, t44, t45, t46, t47, t48, t49, t50, t51, t52, t53, t54, t55, t56, t57, t58, t59, t60, t61, t62, t63]));
+
+// The same 64 calls without the stage: the outputs are then the actors' own tensors
+// (whose counts the caller's drop takes from the actors' cores), not views of one
+// reduced buffer, so this is an upper bound of what the fused row spends outside the
+// stage.
+graph_of_64!(Unreduced64 => (t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16, t17, t18, t19, t20, t21, t22, t23, t24, t25, t26, t27, t28, t29, t30, t31, t32, t33, t34, t35, t36, t37, t38, t39, t40, t41, t42, t43, t44, t45, t46, t47, t48, t49, t50, t51, t52, t53, t54, t55, t56, t57, t58, t59, t60, t61, t62, t63));
 
 fn fusion(c: &mut Criterion) {
     let mut group = c.benchmark_group("64x1024 f32, 2 actors");

@@ -15,6 +15,10 @@ mod helpers {
     include!("../ui/pass/helpers.rs");
 }
 
+mod graph_from_macro {
+    include!("../ui/pass/graph_from_macro.rs");
+}
+
 #[test]
 fn an_actor_imported_under_another_name() {
     renamed_actor::main();
@@ -28,4 +32,9 @@ fn generic_actors_at_two_types_and_over_a_user_trait() {
 #[test]
 fn helpers_that_cannot_be_nodes_stay_ordinary_methods() {
     helpers::main();
+}
+
+#[test]
+fn a_graph_written_by_a_macro_rules_macro() {
+    graph_from_macro::main();
 }

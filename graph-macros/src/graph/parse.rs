@@ -19,7 +19,7 @@ use std::collections::HashSet;
 
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
-use syn::{braced, parenthesized, Attribute, Ident, Stmt, Token, Type, Visibility};
+use syn::{braced, parenthesized, Attribute, Expr, Ident, Stmt, Token, Type, Visibility};
 
 /// One or more graph definitions.
 pub(crate) struct Graphs(pub(crate) Vec<GraphDef>);
@@ -74,6 +74,34 @@ fn per_rank(ty: &Type) -> Option<Option<Type>> {
     }
 }
 
+/// Removes the invisible groups around the expressions of a graph: `macro_rules!` puts
+/// one around each `$e:expr` it passes on, and a graph written by a macro must read as
+/// one written by hand. Only where a graph's expressions nest (calls, indices, tuples,
+/// lists); anything else is refused later as it is.
+fn ungroup(e: &mut Expr) {
+    while let Expr::Group(g) = e {
+        *e = (*g.expr).clone();
+    }
+    match e {
+        Expr::MethodCall(m) => {
+            ungroup(&mut m.receiver);
+            m.args.iter_mut().for_each(ungroup);
+        }
+        Expr::Call(c) => {
+            ungroup(&mut c.func);
+            c.args.iter_mut().for_each(ungroup);
+        }
+        Expr::Index(i) => {
+            ungroup(&mut i.expr);
+            ungroup(&mut i.index);
+        }
+        Expr::Paren(p) => ungroup(&mut p.expr),
+        Expr::Tuple(t) => t.elems.iter_mut().for_each(ungroup),
+        Expr::Array(a) => a.elems.iter_mut().for_each(ungroup),
+        _ => {}
+    }
+}
+
 impl Parse for Graphs {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let mut defs = Vec::new();
@@ -96,7 +124,16 @@ impl Parse for GraphDef {
             .collect();
         let body;
         braced!(body in input);
-        let stmts = body.call(syn::Block::parse_within)?;
+        let mut stmts = body.call(syn::Block::parse_within)?;
+        for stmt in &mut stmts {
+            match stmt {
+                Stmt::Local(syn::Local {
+                    init: Some(init), ..
+                }) => ungroup(&mut init.expr),
+                Stmt::Expr(e, _) => ungroup(e),
+                _ => {}
+            }
+        }
         let mut receivers = HashSet::new();
         for stmt in &stmts {
             match stmt {
@@ -152,7 +189,6 @@ impl Parse for ParamDef {
 /// The names methods are called on (`name.method(..)`, `name[k].method(..)`) anywhere in
 /// an expression of the forms a graph body holds.
 fn collect_receivers(e: &syn::Expr, into: &mut HashSet<String>) {
-    use syn::Expr;
     match e {
         Expr::MethodCall(m) => {
             let mut recv = &*m.receiver;

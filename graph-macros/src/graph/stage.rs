@@ -37,6 +37,10 @@ pub(crate) fn stage_code(
     let mut outputs = Vec::new();
     for (val, i) in vals.iter().zip(idx) {
         let (v, s) = (&val.ident, val.span);
+        // The stage's own names at the user's span but with the graph's hygiene (a graph
+        // written by a `macro_rules!` macro has the user's tokens in another context).
+        let st = Ident::new("__st", Span::call_site().located_at(s));
+        let slots = Ident::new("__slots", Span::call_site().located_at(s));
         let ty = val.checked.as_ref().map(|t| quote!(::<#t>));
         // Every token of these calls carries the user's span: rustc puts a failed bound
         // at the method's name, and dedups identical bounds at one span into one error.
@@ -51,19 +55,19 @@ pub(crate) fn stage_code(
                 quote_spanned!(s=> pack_scatter),
             ),
         };
-        adds.push(quote_spanned!(s=> __st.#add(&#v)));
-        packs.push(quote_spanned!(s=> __st.#pack(&#v, __slots.#i);));
+        adds.push(quote_spanned!(s=> #st.#add(&#v)));
+        packs.push(quote_spanned!(s=> #st.#pack(&#v, #slots.#i);));
         outputs.push(match (kind, root) {
-            (Kind::InPlace, _) => quote_spanned!(s=> __st.output(&#v, __slots.#i)),
+            (Kind::InPlace, _) => quote_spanned!(s=> #st.output(&#v, #slots.#i)),
             (Kind::Gather, _) => {
-                quote_spanned!(s=> __st.fused().output_gathered #ty(&#v, __slots.#i))
+                quote_spanned!(s=> #st.fused().output_gathered #ty(&#v, #slots.#i))
             }
             (Kind::Scatter, _) => {
-                quote_spanned!(s=> __st.fused().output_scattered(&#v, __slots.#i))
+                quote_spanned!(s=> #st.fused().output_scattered(&#v, #slots.#i))
             }
             (Kind::Rooted, Some(r)) => {
                 let rank = r.rank;
-                quote_spanned!(s=> __st.fused().output_rooted(&#v, __slots.#i, #rank))
+                quote_spanned!(s=> #st.fused().output_rooted(&#v, #slots.#i, #rank))
             }
             (Kind::Rooted, None) => {
                 quote!(::core::compile_error!(

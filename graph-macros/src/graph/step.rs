@@ -326,7 +326,10 @@ impl Gen<'_> {
                 // method, and an unknown actor type only where it is written.
                 let m = method_of(*call, method.span());
                 let call = quote_spanned!(method.span()=> call::<_, #m>);
-                let call_args = quote_spanned!(*parens=> (__actor, #args));
+                // `__actor` as the graph's own name (a graph written by a `macro_rules!`
+                // macro has the user's tokens in another hygiene context).
+                let actor = Ident::new("__actor", Span::call_site().located_at(*parens));
+                let call_args = quote_spanned!(*parens=> (#actor, #args));
                 let call = quote!(#ctx.#call #call_args?);
                 match on_rank {
                     None => quote!(let #out = #call;),
