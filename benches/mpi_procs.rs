@@ -171,51 +171,44 @@ fn others(mpi: &Mpi, world: &SimpleCommunicator) -> Result<(), actorgraph::Error
         let mut every = vec![0.0f32; elems * procs];
         let mut own = send.clone();
 
+        // One row: the MPI call's samples, then the graph's, each graph launched for it.
+        let row_of = |what: &str, bare: Vec<Duration>, mut execute: Box<dyn FnMut() + '_>| {
+            let fused = samples(world, n, &mut execute);
+            if me == 0 {
+                row(
+                    &format!("{what} {}", size(bytes)),
+                    stats(bare),
+                    stats(fused),
+                );
+            }
+        };
         let bare = samples(world, n, || {
             world.reduce_scatter_block_into(&send[..], &mut part[..], SystemOperation::sum());
         });
         let mut g = ReduceScatter::launch(vec![worker()], mpi)?;
-        let fused = samples(world, n, || {
-            std::hint::black_box(g.execute().expect("execute"));
-        });
-        drop(g);
-        if me == 0 {
-            row(
-                &format!("reducescatter {}", size(bytes)),
-                stats(bare),
-                stats(fused),
-            );
-        }
+        row_of(
+            "reducescatter",
+            bare,
+            Box::new(move || drop(g.execute().expect("execute"))),
+        );
 
         let bare = samples(world, n, || {
             world.all_gather_into(&send[..], &mut every[..])
         });
         let mut g = AllGather::launch(vec![worker()], mpi)?;
-        let fused = samples(world, n, || {
-            std::hint::black_box(g.execute().expect("execute"));
-        });
-        drop(g);
-        if me == 0 {
-            row(
-                &format!("allgather {}", size(bytes)),
-                stats(bare),
-                stats(fused),
-            );
-        }
+        row_of(
+            "allgather",
+            bare,
+            Box::new(move || drop(g.execute().expect("execute"))),
+        );
 
         let bare = samples(world, n, || root.broadcast_into(&mut own[..]));
         let mut g = Broadcast::launch(vec![worker()], mpi)?;
-        let fused = samples(world, n, || {
-            std::hint::black_box(g.execute().expect("execute"));
-        });
-        drop(g);
-        if me == 0 {
-            row(
-                &format!("broadcast {}", size(bytes)),
-                stats(bare),
-                stats(fused),
-            );
-        }
+        row_of(
+            "broadcast",
+            bare,
+            Box::new(move || drop(g.execute().expect("execute"))),
+        );
 
         let bare = samples(world, n, || {
             if me == 0 {
@@ -225,17 +218,11 @@ fn others(mpi: &Mpi, world: &SimpleCommunicator) -> Result<(), actorgraph::Error
             }
         });
         let mut g = ReduceTo0::launch(vec![worker()], mpi)?;
-        let fused = samples(world, n, || {
-            std::hint::black_box(g.execute().expect("execute"));
-        });
-        drop(g);
-        if me == 0 {
-            row(
-                &format!("reduce {}", size(bytes)),
-                stats(bare),
-                stats(fused),
-            );
-        }
+        row_of(
+            "reduce",
+            bare,
+            Box::new(move || drop(g.execute().expect("execute"))),
+        );
     }
     Ok(())
 }

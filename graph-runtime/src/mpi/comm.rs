@@ -1166,10 +1166,9 @@ impl Node {
         Ok(in_place)
     }
 
-    /// The payload of a large stage, once agreed: for the reductions
-    /// [`Node::scatter_gather`]; for a broadcast one nonblocking `MPI_Ibcast` per dtype
-    /// region, started together, into the leader's regions; for an allgather of few values
-    /// [`Node::gather_by_slot`], else one `MPI_Iallgatherv` per dtype region. Whether the
+    /// The payload of a large stage, once agreed: [`Node::scatter_gather`] for the
+    /// reductions, [`Node::broadcast`], and [`Node::gather_by_slot`] or
+    /// [`Node::gather_by_region`] for an allgather of few or many values. Whether the
     /// leader's regions, or for an allgather its outputs, hold its results already.
     fn payload(
         &self,
