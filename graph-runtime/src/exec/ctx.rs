@@ -337,40 +337,46 @@ impl<C: Communicator> StepCtx<C> {
         }
     }
 
-    /// Runs one execution of `step`; whatever happens, this rank takes part in every stage
-    /// and every edge of its schedule, so no peer waits for it forever.
+    /// Runs one execution of `step`, its result written into `out` (an empty cell: the
+    /// outbox's, so that a large output, a whole bucket's tensors, is not moved through
+    /// temporaries on its way there); whatever happens, this rank takes part in every
+    /// stage and every edge of its schedule, so no peer waits for it forever.
     pub(crate) fn execute<A, I, O>(
         &mut self,
         actor: &mut A,
         step: &impl Fn(&mut A, &mut Self, &I) -> Result<O, Error>,
         input: &I,
-    ) -> Result<O, Error> {
+        out: &mut Option<Result<O, Error>>,
+    ) {
         self.round += 1;
         let _span = trace::step(self.group, self.rank, self.round);
-        let mut result = match &self.poisoned {
-            Some(message) => Err(Error::Poisoned {
-                group: self.group,
-                rank: self.rank,
-                message: message.clone(),
-            }),
-            None => match catch_unwind(AssertUnwindSafe(|| step(actor, self, input))) {
-                Ok(r) => r,
-                Err(payload) => Err(self.poison(None, payload)),
-            },
-        };
-        if result.is_ok() {
-            if let Err(e) = self.end_step() {
-                result = Err(e);
+        match &self.poisoned {
+            Some(message) => {
+                *out = Some(Err(Error::Poisoned {
+                    group: self.group,
+                    rank: self.rank,
+                    message: message.clone(),
+                }))
+            }
+            None => {
+                let ran = catch_unwind(AssertUnwindSafe(|| *out = Some(step(actor, self, input))));
+                if let Err(payload) = ran {
+                    *out = Some(Err(self.poison(None, payload)));
+                }
             }
         }
-        if let Err(e) = &result {
+        if let Some(Ok(_)) = out {
+            if let Err(e) = self.end_step() {
+                *out = Some(Err(e));
+            }
+        }
+        if let Some(Err(e)) = out {
             self.comm.note_failure(e);
             if let Some(earlier) = self.drain(Some(e)) {
-                result = Err(earlier);
+                *out = Some(Err(earlier));
             }
         }
         self.links.flush(self.group, self.rank);
-        result
     }
 
     /// The empty stage at the end of a step (see [`SyncPoint::End`]), if it has one: a

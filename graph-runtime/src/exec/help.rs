@@ -42,7 +42,8 @@ use std::marker::PhantomData;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::{Mutex, TryLockError};
 
-use super::{Ctx, Slot, StepCtx, StepFn};
+use super::wake::WakeSlot;
+use super::{publish, Ctx, Slot, StepCtx, StepFn};
 use crate::comm::Communicator;
 use crate::Error;
 
@@ -56,16 +57,13 @@ pub(super) struct Runner<A, C, S> {
     _actor: PhantomData<fn() -> A>,
 }
 
-/// A step's index and result, handed to whoever collects it.
-pub(super) type Publish<'a, O> = dyn FnMut(u64, Result<O, Error>) + 'a;
-
 /// What the driver sees of a [`Runner`] (its actor, communicator and step types erased).
 pub(super) trait Help<I, O>: Send + Sync {
     /// Runs on the calling thread every step of `slot` that was submitted and that nobody
-    /// has run yet, in order, each published with `publish` before the runner is let go
-    /// (so that the next holder sees it done): whether it ran any. Runs none if another
+    /// has run yet, in order, each published (with `waker` woken) before the runner is let
+    /// go (so that the next holder sees it done): whether it ran any. Runs none if another
     /// thread holds the runner now: that thread runs them.
-    fn try_run(&self, slot: &Slot<I, O>, publish: &mut Publish<'_, O>) -> bool;
+    fn try_run(&self, slot: &Slot<I, O>, waker: &WakeSlot) -> bool;
 }
 
 /// A [`Runner`] shared by its actor's thread and the driver.
@@ -88,7 +86,7 @@ impl<A: 'static, C: Communicator, S> Helped<A, C, S> {
     }
 
     /// [`Help::try_run`].
-    pub(super) fn try_run<I, O>(&self, slot: &Slot<I, O>, publish: &mut Publish<'_, O>) -> bool
+    pub(super) fn try_run<I, O>(&self, slot: &Slot<I, O>, waker: &WakeSlot) -> bool
     where
         S: StepFn<A, C, I, O>,
     {
@@ -101,9 +99,13 @@ impl<A: 'static, C: Communicator, S> Helped<A, C, S> {
         };
         let mut ran = false;
         while let Some((step, input)) = claim(slot) {
-            // Straight into `publish`: the output (a whole bucket's tensors) is then moved
-            // once, into the driver's cell, not through a temporary first.
-            publish(step, run_step(runner.as_mut(), input));
+            // SAFETY: we hold the runner's lock, and run step `step` in `publish`, its output
+            // written straight into the driver's cell.
+            unsafe {
+                publish(waker, slot, step, |out| {
+                    run_step(runner.as_mut(), input, out)
+                })
+            };
             ran = true;
         }
         ran
@@ -118,8 +120,8 @@ where
     I: Send,
     O: Send,
 {
-    fn try_run(&self, slot: &Slot<I, O>, publish: &mut Publish<'_, O>) -> bool {
-        Helped::try_run(self, slot, publish)
+    fn try_run(&self, slot: &Slot<I, O>, waker: &WakeSlot) -> bool {
+        Helped::try_run(self, slot, waker)
     }
 }
 
@@ -139,11 +141,12 @@ fn claim<I, O>(slot: &Slot<I, O>) -> Option<(u64, Option<I>)> {
     Some(unsafe { slot.next_input() })
 }
 
+/// Runs a step, its result written into `out` (see [`StepCtx::execute`]).
 fn run_step<A: 'static, C: Communicator, S, I, O>(
     runner: Option<&mut Runner<A, C, S>>,
     input: Option<I>,
-) -> Result<O, Error>
-where
+    out: &mut Option<Result<O, Error>>,
+) where
     S: StepFn<A, C, I, O>,
 {
     let Some(Runner {
@@ -154,18 +157,20 @@ where
         ..
     }) = runner
     else {
-        return Err(Error::Backend(
+        *out = Some(Err(Error::Backend(
             "internal error: a step ran after its actor stopped".into(),
-        ));
+        )));
+        return;
     };
     // `Ctx::current` in the step, on whichever thread runs it.
     let _rank = rank.scope();
     let Some(actor) = actor.downcast_mut::<A>() else {
-        return ctx.fail("its thread holds something else than its actor");
+        *out = Some(ctx.fail("its thread holds something else than its actor"));
+        return;
     };
     match input {
-        Some(input) => ctx.execute(actor, step, &input),
-        None => ctx.fail("it was started without an input"),
+        Some(input) => ctx.execute(actor, step, &input, out),
+        None => *out = Some(ctx.fail("it was started without an input")),
     }
 }
 

@@ -567,10 +567,7 @@ where
             links: &self.links,
         };
         let slot = &self.shared.slots[rank];
-        // SAFETY: called under the runner's lock, right after the step it publishes.
-        let ran = helper.try_run(slot, &mut |step, result| unsafe {
-            publish(&self.shared, slot, step, result)
-        });
+        let ran = helper.try_run(slot, &self.shared.waker);
         std::mem::forget(guard);
         ran
     }
@@ -925,12 +922,13 @@ fn actor_loop<A, C: Communicator, I, O>(
         // SAFETY: this actor's steps run on this thread only (the driver helps only actors
         // with a `Helped` runner, which run `helped_loop`), after the `go` advance above.
         let (step_index, input) = unsafe { slot.next_input() };
-        let result = match input {
-            Some(input) => ctx.execute(&mut actor, step, &input),
-            None => ctx.fail("it was started without an input"),
+        // SAFETY: this thread runs step `step_index`, in `publish`.
+        unsafe {
+            publish(&shared.waker, slot, step_index, |out| match input {
+                Some(input) => ctx.execute(&mut actor, step, &input, out),
+                None => *out = Some(ctx.fail("it was started without an input")),
+            })
         };
-        // SAFETY: this thread ran step `step_index`.
-        unsafe { publish(shared, slot, step_index, result) };
     }
 }
 
@@ -968,30 +966,27 @@ where
         // Every step submitted and not run yet, unless the driver holds the runner: it
         // then runs them. (`started` was read before: a step submitted since comes with
         // a `go` advance that the next wait sees.)
-        // SAFETY: called under the runner's lock, right after the step it publishes.
-        helped.try_run(slot, &mut |step, result| unsafe {
-            publish(shared, slot, step, result)
-        });
+        helped.try_run(slot, &shared.waker);
     }
 }
 
-/// Hands the result of step `step` to the driver: its output, the `done` advance, the
-/// async waker.
+/// Runs step `step` (`run`, which writes its result into the outbox's cell, see
+/// [`StepCtx::execute`]) and hands it to the driver: the `done` advance, the async waker.
 ///
 /// # Safety
 ///
-/// Called by whoever ran the step, right after it (see [`Slot`]).
-unsafe fn publish<A, I, O>(
-    shared: &Shared<A, I, O>,
+/// Called by whoever runs the step (see [`Slot`]).
+unsafe fn publish<I, O>(
+    waker: &WakeSlot,
     slot: &Slot<I, O>,
     step: u64,
-    result: Result<O, Error>,
+    run: impl FnOnce(&mut Option<Result<O, Error>>),
 ) {
     // SAFETY: the protocol of `Slot`: the driver took the cell's last output when it
     // collected execution `step - depth`, before it submitted this one, so before the `go`
-    // advance that started this step (or on this thread, for a step the driver ran); it
+    // advance that started this step (or on this thread, for a step the driver runs); it
     // takes this output only after the `done` advance below.
-    unsafe { slot.outbox.outputs.put(step, result) };
+    unsafe { slot.outbox.outputs.fill(step, run) };
     slot.outbox.done.advance();
-    shared.waker.wake();
+    waker.wake();
 }

@@ -52,6 +52,23 @@ impl<T> Cells<T> {
             .with_mut(|cell| unsafe { *cell = Some(value) });
     }
 
+    /// Empties the cell of `index` (dropping the value it held, if any) and lets `write`
+    /// fill it in place: a large value (a step's output, a whole bucket's tensors) is then
+    /// written where it stays, not moved in from a temporary.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Cells::put`], for the whole call of `write` too.
+    #[inline]
+    pub(crate) unsafe fn fill(&self, index: u64, write: impl FnOnce(&mut Option<T>)) {
+        self.cell(index).with_mut(|cell| {
+            // SAFETY: as in `put`, for the whole call of `write` too (the contract).
+            let cell = unsafe { &mut *cell };
+            *cell = None;
+            write(cell);
+        });
+    }
+
     /// Takes the value of the cell of `index`, leaving it empty.
     ///
     /// # Safety
