@@ -267,6 +267,14 @@ fn fusion(c: &mut Criterion) {
             separate.get_or_insert_with(|| Separate64::launch(holders(2, 64, 1024), Cpu).unwrap());
         b.iter(|| g.execute().unwrap())
     });
+    drop(separate);
+    // The same 256 KiB per actor as one tensor: what fusing 64 values costs over one value
+    // of their bytes (the layout, the 64 lends and views), beside the fold's own time.
+    let mut one = None;
+    group.bench_function("one tensor of the same bytes", |b| {
+        let g = one.get_or_insert_with(|| Single::launch(holders(2, 1, 64 * 1024), Cpu).unwrap());
+        b.iter(|| g.execute(0).unwrap())
+    });
     group.finish();
 }
 
