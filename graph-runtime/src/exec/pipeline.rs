@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::lock;
@@ -91,7 +92,9 @@ impl fmt::Debug for Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         if !self.redeemed {
-            lock(&self.book.abandoned).push(self.seq);
+            let mut abandoned = lock(&self.book.abandoned);
+            abandoned.push(self.seq);
+            self.book.pending.store(abandoned.len(), Ordering::Release);
         }
     }
 }
@@ -100,6 +103,18 @@ impl Drop for Ticket {
 #[derive(Default)]
 struct Book {
     abandoned: Mutex<Vec<u64>>,
+    /// `abandoned`'s length, written under its lock: while it is 0 (a graph whose tickets
+    /// are all redeemed, or that only `execute`s), the pipeline reads it instead of taking
+    /// the lock, at each of its steps. A ticket dropped on another thread meanwhile is
+    /// seen at the next step, as it would be had it been dropped just after the lock.
+    pending: AtomicUsize,
+}
+
+impl Book {
+    /// The abandoned tickets, locked; `None`, without locking, when there are none.
+    fn abandoned(&self) -> Option<std::sync::MutexGuard<'_, Vec<u64>>> {
+        (self.pending.load(Ordering::Acquire) > 0).then(|| lock(&self.abandoned))
+    }
 }
 
 /// A graph's executions in flight: the ones still running on the actors (`collected..next`,
@@ -116,6 +131,10 @@ pub struct Pipeline<T> {
     collected: u64,
     /// The next submission's index.
     next: u64,
+    /// The index of the [`Pipeline::issue_direct`] execution not yet collected: only
+    /// between the two calls, unless the `execute` that issued it unwound in between.
+    /// Then it counts as abandoned, as a ticket dropped while unwinding would.
+    direct: Option<u64>,
 }
 
 impl<T> Pipeline<T> {
@@ -125,11 +144,13 @@ impl<T> Pipeline<T> {
         Self {
             book: Arc::new(Book {
                 abandoned: Mutex::new(Vec::with_capacity(max)),
+                pending: AtomicUsize::new(0),
             }),
             max,
             held: VecDeque::with_capacity(max),
             collected: 0,
             next: 0,
+            direct: None,
         }
     }
 
@@ -147,7 +168,10 @@ impl<T> Pipeline<T> {
         self.retire();
         self.in_flight() >= self.max
             && self.collected < self.next
-            && lock(&self.book.abandoned).contains(&self.collected)
+            && self
+                .book
+                .abandoned()
+                .is_some_and(|a| a.contains(&self.collected))
     }
 
     /// [`Error::InFlightFull`] if there is no room for another submission.
@@ -173,6 +197,26 @@ impl<T> Pipeline<T> {
         }
     }
 
+    /// Records a submission made with nothing else in flight whose result goes straight
+    /// to its caller, with no ticket: an `execute`'s, collected by the same call, which
+    /// then calls [`Pipeline::collected_direct`] instead of
+    /// [`Pipeline::push_collected`]. Its submission index.
+    pub fn issue_direct(&mut self) -> u64 {
+        debug_assert_eq!(self.in_flight(), 0);
+        let seq = self.next;
+        self.next += 1;
+        self.direct = Some(seq);
+        seq
+    }
+
+    /// The execution of [`Pipeline::issue_direct`] is collected, its result handed to its
+    /// caller.
+    pub fn collected_direct(&mut self) {
+        debug_assert_eq!(self.collected + 1, self.next);
+        self.direct = None;
+        self.collected += 1;
+    }
+
     /// [`Error::ForeignTicket`] if `ticket` comes from another graph.
     pub fn check(&self, ticket: &Ticket) -> Result<(), Error> {
         if Arc::ptr_eq(&ticket.book, &self.book) {
@@ -194,13 +238,14 @@ impl<T> Pipeline<T> {
     pub fn push_collected(&mut self, result: Result<T, Error>) {
         let seq = self.collected;
         self.collected += 1;
-        let mut abandoned = lock(&self.book.abandoned);
-        match abandoned.iter().position(|&s| s == seq) {
-            Some(i) => {
+        if let Some(mut abandoned) = self.book.abandoned() {
+            if let Some(i) = abandoned.iter().position(|&s| s == seq) {
                 abandoned.swap_remove(i);
+                self.book.pending.store(abandoned.len(), Ordering::Release);
+                return;
             }
-            None => self.held.push_back((seq, result)),
         }
+        self.held.push_back((seq, result));
     }
 
     /// The result for `ticket`, once collected (see [`Pipeline::needs_collect`]).
@@ -219,10 +264,18 @@ impl<T> Pipeline<T> {
 
     /// Discards the held results whose tickets were dropped since they were collected.
     fn retire(&mut self) {
-        let mut abandoned = lock(&self.book.abandoned);
+        if let Some(seq) = self.direct.take() {
+            let mut abandoned = lock(&self.book.abandoned);
+            abandoned.push(seq);
+            self.book.pending.store(abandoned.len(), Ordering::Release);
+        }
+        let Some(mut abandoned) = self.book.abandoned() else {
+            return;
+        };
         let collected = self.collected;
         self.held.retain(|(seq, _)| !abandoned.contains(seq));
         abandoned.retain(|&seq| seq >= collected);
+        self.book.pending.store(abandoned.len(), Ordering::Release);
     }
 }
 
@@ -292,6 +345,38 @@ mod tests {
         }
         assert_eq!(p.take(t4).ok(), Some(4));
         assert_eq!(p.in_flight(), 0);
+    }
+
+    /// An `execute`'s direct execution takes its index in submission order between the
+    /// tickets', and the book of abandoned tickets is looked at, and emptied, as before.
+    #[test]
+    fn a_direct_execution_takes_its_place_between_tickets() {
+        let mut p = Pipeline::new(LaunchOptions::default().max_in_flight(2));
+        drop(p.issue());
+        assert_eq!(p.book.pending.load(Ordering::Acquire), 1);
+        assert!(!p.must_drain(), "one of two in flight: room left");
+        collect_one(&mut p);
+        assert_eq!(p.in_flight(), 0, "the abandoned result is discarded");
+        assert_eq!(p.book.pending.load(Ordering::Acquire), 0);
+        assert_eq!(p.issue_direct(), 1);
+        assert_eq!(p.in_flight(), 1);
+        p.collected_direct();
+        assert_eq!(p.in_flight(), 0);
+        let t = p.issue();
+        assert_eq!(t.index(), 2);
+        collect_one(&mut p);
+        assert_eq!(p.take(t).ok(), Some(2));
+        assert_eq!(p.in_flight(), 0);
+        // An `execute` that unwound between the two calls left its execution in flight:
+        // abandoned, it is drained (collected and discarded) once the pipeline is full.
+        assert_eq!(p.issue_direct(), 3);
+        assert!(p.room().is_ok(), "one of two in flight");
+        let t = p.issue();
+        assert!(p.must_drain(), "full, and its oldest abandoned");
+        collect_one(&mut p);
+        assert_eq!(p.in_flight(), 1, "only the ticket's execution left");
+        collect_one(&mut p);
+        assert_eq!(p.take(t).ok(), Some(4));
     }
 
     #[test]
