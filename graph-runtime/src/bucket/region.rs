@@ -128,8 +128,12 @@ impl<E: Element> Region<E> {
     }
 
     fn release_shared(&mut self) {
-        self.shared = None;
-        self.spares.clear();
+        // Most regions of a stage hold neither (a stage has one or two of the ten
+        // dtypes): tested first, they cost no drop code (about 20 ns a stage).
+        if self.shared.is_some() || !self.spares.is_empty() {
+            self.shared = None;
+            self.spares.clear();
+        }
     }
 }
 
@@ -153,9 +157,7 @@ macro_rules! regions {
                 self.release_shared();
             }
             pub(super) fn release_shared(&mut self) {
-                $(if self.$field.shared.is_some() || !self.$field.spares.is_empty() {
-                    self.$field.release_shared();
-                })*
+                $(self.$field.release_shared();)*
             }
             /// Rank 0's side of a result exchange: its non-empty buffers, by dtype index.
             pub(super) fn offer(&self, out: &mut SharedBuffers) {
