@@ -138,10 +138,12 @@ const NO_ROUND: u64 = u64::MAX;
 
 /// What a rank publishes for one call: the round and the call, then, for a stage, its
 /// status, the addresses of its header's slices (in its caller's hands for the whole call)
-/// and of its regions. Every field is an atomic written before the round's barrier with a
-/// relaxed store: the barrier orders them (and what they point to) before every peer's
-/// reads, and a peer whose calls are out of step with ours reads a stale or a newer value,
-/// never a torn one, and dereferences nothing (see the module's docs).
+/// and of its regions, unless its eager copy holds them (then the addresses are those of
+/// an earlier round, which nobody reads). Every field is an atomic written before the
+/// round's barrier with a relaxed store: the barrier orders them (and what they point to)
+/// before every peer's reads, and a peer whose calls are out of step with ours reads a
+/// stale or a newer value, never a torn one, and dereferences nothing (see the module's
+/// docs).
 ///
 /// The fields come in the order a peer reads them, right after the owner's count of
 /// arrivals in the barrier, and an eager stage reads only those up to `copy`, whose storage
@@ -267,14 +269,15 @@ fn eager_sections(want: &[usize; DType::COUNT]) -> ([usize; DType::COUNT], usize
 }
 
 impl Eager {
-    /// Copies this rank's header and values in. Nothing is read out of bounds whatever
-    /// the caller passed: values are copied only when their data matches the slots and
-    /// every region holds exactly its slots (which the buffer check requires anyway).
+    /// Copies this rank's header and values in, and says whether it copied the values.
+    /// Nothing is read out of bounds whatever the caller passed: values are copied only
+    /// when their data matches the slots and every region holds exactly its slots (which
+    /// the buffer check requires anyway).
     ///
     /// # Safety
     /// `header`'s lent data is live; `bufs` are the regions this rank passed to `stage`,
     /// which nobody else touches now.
-    unsafe fn fill(&mut self, header: &Header<'_>, bufs: &[Buf; DType::COUNT]) {
+    unsafe fn fill(&mut self, header: &Header<'_>, bufs: &[Buf; DType::COUNT]) -> bool {
         refill(&mut self.slots, header.slots);
         refill(&mut self.dims, header.dims);
         let fits = data_fits(header.slots, header.data);
@@ -292,10 +295,10 @@ impl Eager {
             });
         set(&mut self.copied, copied);
         let Ok(want) = want else {
-            return;
+            return false;
         };
         if !copied {
-            return;
+            return false;
         }
         let (at, end) = eager_sections(&want);
         self.payload.resize(end, 0);
@@ -324,6 +327,7 @@ impl Eager {
                 )
             };
         }
+        true
     }
 }
 
@@ -409,9 +413,10 @@ impl Post {
     /// The eager copy its owner made for the current round.
     ///
     /// # Safety
-    /// Every rank posted the same round with `eager` set (checked after `open_round`), and
-    /// the caller has not yet arrived at the round's next barrier: the owner wrote the copy
-    /// before the round's barrier and writes it again only after the next one.
+    /// Every rank posted the same call for the current round (checked by `open_round`),
+    /// this post with `eager` set, and the caller has not yet arrived at the round's next
+    /// barrier: the owner wrote the copy before the round's barrier and writes it again
+    /// only after the next one.
     unsafe fn eager_copy(&self) -> &Eager {
         // SAFETY: forwarded to the caller; nobody writes the copy while it is borrowed.
         self.copy.with(|e| unsafe { &*e })
@@ -681,24 +686,37 @@ impl Communicator for CpuComm {
             _ => None,
         };
         self.open_round(Call::Stage(collective), failed, |post| {
-            post.publish(header, &bufs);
             post.eager.store(eager.is_some(), Relaxed);
-            if eager.is_some() {
-                // SAFETY: the caller's header and regions are live and ours for the call.
-                // Aliasing: no peer reads this post's copy now (it was last read for the
-                // round two before, before every peer arrived at the barrier we passed to
-                // get here), and we post it only after this write.
-                post.copy
+            // SAFETY: the caller's header and regions are live and ours for the call.
+            // Aliasing: no peer reads this post's copy now (it was last read for the round
+            // two before, before every peer arrived at the barrier we passed to get here),
+            // and we post it only after this write.
+            let copied = eager.is_some()
+                && post
+                    .copy
                     .with_mut(|copy| unsafe { (*copy).fill(header, &bufs) });
+            // A rank whose copy holds its values publishes no addresses: no peer reads
+            // them (see `eager_stage` and `mixed_verdict`), and the stores would take
+            // lines from the peers at every stage, a third of a 2-rank stage's time
+            // (BENCHMARKS.md, issue 16).
+            if !copied {
+                post.publish(header, &bufs);
             }
         })?;
-        if let Some(op) = eager {
-            if (0..self.size).all(|q| self.post(q).eager.load(Relaxed)) {
-                return self.eager_stage(header, collective, op, &bufs);
-            }
+        let eager_posts = (0..self.size)
+            .filter(|&q| self.post(q).eager.load(Relaxed))
+            .count();
+        if let Some(op) = eager.filter(|_| eager_posts == self.size) {
+            return self.eager_stage(header, collective, op, &bufs);
         }
         // From here until the last barrier, peers may read our header and regions.
         let armed = NoUnwind;
+        if eager_posts > 0 {
+            let why = self.mixed_verdict(collective);
+            self.wait_all();
+            drop(armed);
+            return Err(StageError::Disagreed(why));
+        }
 
         // SAFETY: `open_round` checked that every rank made this call for this round, so
         // every post is its owner's for this round, and its owner stays in this call until
@@ -921,15 +939,17 @@ impl CpuComm {
                 return Err(data_mismatch(q));
             }
         }
-        self.check_regions(&want, collective)
+        self.check_regions(&want, collective, |_| true)
     }
 
     /// The part of [`check_buffers`](Self::check_buffers) that reads only the posts'
-    /// atomics: every rank's regions against `want` elements per dtype.
+    /// atomics: the regions of every rank that `posted` them against `want` elements per
+    /// dtype.
     fn check_regions(
         &self,
         want: &[usize; DType::COUNT],
         collective: Collective,
+        posted: impl Fn(usize) -> bool,
     ) -> Result<(), Disagreement> {
         let need = |d: DType| {
             let len = want[d.index()];
@@ -961,12 +981,12 @@ impl CpuComm {
                         (len, out_len) == needs[d.index()]
                     })
         };
-        if (0..self.size).all(matches) {
+        if (0..self.size).filter(|&q| posted(q)).all(matches) {
             return Ok(());
         }
         for d in DType::ALL {
             let (len, out_len) = need(d);
-            for q in 0..self.size {
+            for q in (0..self.size).filter(|&q| posted(q)) {
                 let (_, b_len, b_out_len) = self.post(q).buf(d);
                 if b_len != len || b_out_len != out_len {
                     return Err(Disagreement::Buffers {
@@ -978,6 +998,35 @@ impl CpuComm {
             }
         }
         Ok(())
+    }
+
+    /// The verdict when some ranks but not all posted an eager copy: some rank failed, or
+    /// the ranks' slots differ (an eager rank's bytes are at most [`EAGER_BYTES`], the
+    /// others' above). An eager rank may have published no addresses, so its header comes
+    /// from its copy; every rank reads the same posts, so reaches the same verdict.
+    fn mixed_verdict(&self, collective: Collective) -> Disagreement {
+        let header_of = |q: usize| {
+            let post = self.post(q);
+            // SAFETY: `open_round` checked that every rank made this call for this round,
+            // and we have not reached the round's next barrier: an eager post holds its
+            // owner's copy for this round, and any other post its owner's header (see
+            // `Post::header`).
+            unsafe {
+                if post.eager.load(Relaxed) {
+                    post.eager_header()
+                } else {
+                    post.header()
+                }
+            }
+        };
+        match agree(self.size, collective, header_of) {
+            Err(why) => why,
+            // Unreachable: equal slots make equal bytes, so equal eagerness unless a rank
+            // failed, which `agree` reports. Still a verdict, and the same on every rank.
+            Ok(()) => Disagreement::Buffers {
+                reason: "the ranks disagree on whether the allreduce is small".into(),
+            },
+        }
     }
 
     /// An eager allreduce (see [`Eager`]) after its only barrier: every post holds its
@@ -1004,7 +1053,11 @@ impl CpuComm {
                     return Err(StageError::Disagreed(data_mismatch(q)));
                 }
             }
-            self.check_regions(&want, collective)
+            // Only the ranks that did not copy published their regions; those that did
+            // had regions of the lengths these slots need.
+            // SAFETY: as above.
+            let copied = |q: usize| unsafe { self.post(q).eager_copy() }.copied;
+            self.check_regions(&want, collective, |q| !copied(q))
                 .map_err(StageError::Disagreed)?;
         }
         // Every rank's slots are ours (agreed) and its regions hold exactly them (checked),
