@@ -10,7 +10,7 @@
 //!
 //! | collective | after the header epoch | barriers |
 //! | --- | --- | --- |
-//! | allreduce of at most 256 B per rank (`EAGER_BYTES`) | nothing: every rank copied its header and values into its post before the barrier (see `Eager`), and now checks every copy and reduces all of them, in rank order, into its own region | 1 |
+//! | allreduce of at most 256 B per rank (`EAGER_BYTES`; 1 KiB when the ranks outnumber the cores) | nothing: every rank copied its header and values into its post before the barrier (see `Eager`), and now checks every copy and reduces all of them, in rank order, into its own region | 1 |
 //! | allreduce | rank r reduces its 1/N chunk of every region, in rank order, block by block, and writes each block into every rank's region | 2 |
 //! | allreduce of 256 KiB or more | the same, but each block goes into rank 0's region only, which rank 0 then hands to every rank (`exchange_results`) | 3 |
 //! | reduce | the same, but writes each block into the root's region only | 2 |
@@ -82,8 +82,14 @@ impl Backend for Cpu {
     type Comm = CpuComm;
 
     fn communicators(&self, size: usize) -> Result<Vec<CpuComm>, Error> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shared = Arc::new(Shared {
             barrier: Barrier::new(size),
+            eager_bytes: if size > cores {
+                EAGER_BYTES_CROWDED
+            } else {
+                EAGER_BYTES
+            },
             mailbox: std::sync::Mutex::new(
                 (0..size).map(|_| (NO_ROUND, Default::default())).collect(),
             ),
@@ -121,6 +127,9 @@ struct Shared {
     /// the barrier of round r + 1, which every peer reaches only once it is done reading
     /// the post of round r.
     barrier: Barrier<Post>,
+    /// The largest allreduce, in bytes per rank, that runs eagerly (see [`Eager`]): the
+    /// same for every rank, so that they all take the same path.
+    eager_bytes: usize,
     /// Per rank, the result buffers rank 0 hands it after a stage that shares results
     /// (see `SHARE_BYTES`), with the round of the exchange. Each rank takes its own entry,
     /// so the box is empty again without another barrier.
@@ -200,8 +209,8 @@ unsafe impl Sync for Post {}
 struct Eager {
     /// Each dtype's values back to back in bucket order, the dtypes in [`DType::ALL`]
     /// order, each starting at a multiple of 8 bytes (see [`eager_sections`]). Inline up
-    /// to [`EAGER_BYTES`] of one dtype.
-    payload: SmallVec<[u64; EAGER_BYTES / 8]>,
+    /// to [`EAGER_BYTES_CROWDED`] of one dtype.
+    payload: SmallVec<[u64; EAGER_BYTES_CROWDED / 8]>,
     /// Whether the values were copied: the data matched the slots and every region held
     /// exactly its slots (what `check_buffers` checks of every rank). When every rank
     /// copied, nobody reads a peer's regions.
@@ -245,6 +254,18 @@ const EAGER_BYTES: usize = if cfg!(loom) {
     32
 } else {
     256
+};
+
+/// [`EAGER_BYTES`] when the ranks outnumber the cores: then at least one rank is not
+/// running when the others arrive at a barrier, so each barrier waits for the scheduler,
+/// and saving one pays for reading larger copies. 1 KiB over 4 ranks on 2 cores took
+/// 5.1-5.7 µs eagerly against 5.9-6.5 µs with two barriers, while over 2 ranks (as many as
+/// the cores) two barriers stayed faster (BENCHMARKS.md, issue 16). (Under Miri and loom,
+/// `EAGER_BYTES`: the tests' limits do not depend on the machine there.)
+const EAGER_BYTES_CROWDED: usize = if cfg!(any(loom, miri)) {
+    EAGER_BYTES
+} else {
+    1024
 };
 
 // The payload's 8-byte alignment suits every element type.
@@ -681,7 +702,7 @@ impl Communicator for CpuComm {
                 let bytes = header.slots.iter().fold(0usize, |sum, s| {
                     sum.saturating_add(s.len.saturating_mul(s.dtype.size()))
                 });
-                (failed || bytes <= EAGER_BYTES).then_some(op)
+                (failed || bytes <= self.shared.eager_bytes).then_some(op)
             }
             _ => None,
         };
@@ -1001,7 +1022,7 @@ impl CpuComm {
     }
 
     /// The verdict when some ranks but not all posted an eager copy: some rank failed, or
-    /// the ranks' slots differ (an eager rank's bytes are at most [`EAGER_BYTES`], the
+    /// the ranks' slots differ (an eager rank's bytes are at most `eager_bytes`, the
     /// others' above). An eager rank may have published no addresses, so its header comes
     /// from its copy; every rank reads the same posts, so reaches the same verdict.
     fn mixed_verdict(&self, collective: Collective) -> Disagreement {
@@ -1496,14 +1517,24 @@ mod tests {
         threads.into_iter().map(|t| t.join().unwrap()).collect()
     }
 
+    /// The largest eager allreduce of `n` ranks, in f64 elements.
+    fn eager_len(n: usize) -> usize {
+        Cpu.communicators(n).unwrap()[0].shared.eager_bytes / 8
+    }
+
     /// Small allreduces (one barrier each, see `Eager`) back to back give every rank
-    /// every round's sum, on either side of the size limit.
+    /// every round's sum, on either side of the size limit, with as many ranks as the
+    /// cores or fewer and with more.
     #[test]
     fn eager_allreduces_back_to_back() {
         let rounds = if cfg!(miri) { 3 } else { 200 };
-        let eager = EAGER_BYTES / 8;
-        for len in [1, eager, eager + 1] {
-            for n in [2, 3] {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut sizes = vec![2, 3, cores + 1];
+        sizes.sort_unstable();
+        sizes.dedup();
+        for n in sizes {
+            let eager = eager_len(n);
+            for len in [1, eager, eager + 1] {
                 let results = allreduce_rounds(&vec![len; n], &vec![None; n], rounds);
                 for rank in results {
                     for (i, got) in rank.into_iter().enumerate() {
@@ -1517,11 +1548,19 @@ mod tests {
         }
     }
 
+    /// Ranks that outnumber the cores run larger allreduces eagerly, and only then.
+    #[test]
+    fn crowded_ranks_run_larger_allreduces_eagerly() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(eager_len(cores) * 8, EAGER_BYTES);
+        assert_eq!(eager_len(cores + 1) * 8, EAGER_BYTES_CROWDED);
+    }
+
     /// One rank's value is small enough for one barrier and the other's is not: both
     /// ranks refuse with the same error, and the communicator still works.
     #[test]
     fn an_eager_and_a_two_barrier_rank_refuse_alike() {
-        let big = EAGER_BYTES / 8 + 1;
+        let big = eager_len(2) + 1;
         let results = allreduce_rounds(&[1, big], &[None, None], 1);
         for rank in &results {
             match &rank[0] {
