@@ -379,6 +379,45 @@ fn vs_mpi(c: &mut Criterion) {
     group.finish();
 }
 
+/// The rows of [`vs_mpi`] up to 1 KiB with `DEPTH` executions in flight (`submit`, then
+/// `wait` for the oldest): the time per execution in a steady pipeline. An actor then has
+/// its next `go` before it finishes a step, as an MPI rank in a loop of allreduces has its
+/// next call, so with more ranks than cores a thread may run the end of one stage and the
+/// start of the next in one turn on its core (BENCHMARKS.md, issue 16).
+fn vs_mpi_pipelined(c: &mut Criterion) {
+    use std::collections::VecDeque;
+    const DEPTH: usize = 4;
+    let mut group = c.benchmark_group("vs-mpi pipelined");
+    group
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    for n in [2usize, 4] {
+        for bytes in [4usize, 1 << 10] {
+            let options = LaunchOptions::default().max_in_flight(DEPTH);
+            let mut g = Single::launch_with(holders(n, 1, bytes / 4), Cpu, options).unwrap();
+            let mut tickets = VecDeque::with_capacity(DEPTH);
+            group.bench_with_input(
+                BenchmarkId::new(format!("{n} actors"), bytes),
+                &(),
+                |b, _| {
+                    b.iter(|| {
+                        if tickets.len() == DEPTH {
+                            let oldest = tickets.pop_front().unwrap();
+                            drop(g.wait(oldest).unwrap());
+                        }
+                        tickets.push_back(g.submit(0).unwrap());
+                    })
+                },
+            );
+            for t in tickets.drain(..) {
+                g.wait(t).unwrap();
+            }
+        }
+    }
+    group.finish();
+}
+
 /// The CPU communicator alone, without a graph: `n` threads, each with its rank's endpoint,
 /// run allreduces of one 4-byte value back to back (one barrier each: an eager stage), as
 /// MPI ranks run `MPI_Allreduce`. The time is rank 0's, per stage.
@@ -435,5 +474,5 @@ fn stage_alone(c: &mut Criterion) {
 
 criterion_group!(benches, bucket8, fusion, bandwidth);
 criterion_group!(scale, scaling);
-criterion_group!(mpi, vs_mpi, stage_alone);
+criterion_group!(mpi, vs_mpi, vs_mpi_pipelined, stage_alone);
 criterion_main!(benches, scale, mpi);
