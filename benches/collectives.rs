@@ -246,36 +246,44 @@ graph_of_64!(Fused64 => allreduce([t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, 
 // stage.
 graph_of_64!(Unreduced64 => (t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15, t16, t17, t18, t19, t20, t21, t22, t23, t24, t25, t26, t27, t28, t29, t30, t31, t32, t33, t34, t35, t36, t37, t38, t39, t40, t41, t42, t43, t44, t45, t46, t47, t48, t49, t50, t51, t52, t53, t54, t55, t56, t57, t58, t59, t60, t61, t62, t63));
 
-fn fusion(c: &mut Criterion) {
-    let mut group = c.benchmark_group("64x1024 f32, 2 actors");
+/// 64 tensors of `len` f32 per actor as one fused stage, against 64 stages, the same calls
+/// with no stage, and one tensor of the same bytes.
+fn fusion_of(c: &mut Criterion, len: usize) {
+    let mut group = c.benchmark_group(format!("64x{len} f32, 2 actors"));
     let mut fused = None;
     group.bench_function("one fused stage", |b| {
-        let g = fused.get_or_insert_with(|| Fused64::launch(holders(2, 64, 1024), Cpu).unwrap());
+        let g = fused.get_or_insert_with(|| Fused64::launch(holders(2, 64, len), Cpu).unwrap());
         b.iter(|| g.execute().unwrap())
     });
     drop(fused);
     let mut unreduced = None;
     group.bench_function("no stage", |b| {
-        let g = unreduced
-            .get_or_insert_with(|| Unreduced64::launch(holders(2, 64, 1024), Cpu).unwrap());
+        let g =
+            unreduced.get_or_insert_with(|| Unreduced64::launch(holders(2, 64, len), Cpu).unwrap());
         b.iter(|| g.execute().unwrap())
     });
     drop(unreduced);
     let mut separate = None;
     group.bench_function("64 stages", |b| {
         let g =
-            separate.get_or_insert_with(|| Separate64::launch(holders(2, 64, 1024), Cpu).unwrap());
+            separate.get_or_insert_with(|| Separate64::launch(holders(2, 64, len), Cpu).unwrap());
         b.iter(|| g.execute().unwrap())
     });
     drop(separate);
-    // The same 256 KiB per actor as one tensor: what fusing 64 values costs over one value
+    // The same bytes per actor as one tensor: what fusing 64 values costs over one value
     // of their bytes (the layout, the 64 lends and views), beside the fold's own time.
     let mut one = None;
     group.bench_function("one tensor of the same bytes", |b| {
-        let g = one.get_or_insert_with(|| Single::launch(holders(2, 1, 64 * 1024), Cpu).unwrap());
+        let g = one.get_or_insert_with(|| Single::launch(holders(2, 1, 64 * len), Cpu).unwrap());
         b.iter(|| g.execute(0).unwrap())
     });
     group.finish();
+}
+
+/// 64 values of 4 KiB (the rows kept since issue 14), and of 1 KiB: issue 16's "64 x 1 KiB".
+fn fusion(c: &mut Criterion) {
+    fusion_of(c, 1024);
+    fusion_of(c, 256);
 }
 
 /// Two threads computing `c[i] = a[i] + b[i]` over the same bytes as the allreduce, each
