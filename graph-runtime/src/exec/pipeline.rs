@@ -31,6 +31,15 @@ impl LaunchOptions {
     /// The most executions that may be submitted and not yet waited for (at least 1; 0 is
     /// taken as 1). Each actor keeps an input and an output queue of this capacity,
     /// allocated at launch.
+    ///
+    /// Executions in flight pay off when the steps are long, or when the actors outnumber
+    /// the cores. For small steps with a core for every actor, `execute` is faster. It runs
+    /// the first actor's step on the caller's thread, and a submitted execution cannot do
+    /// that, since `submit` must not block. On a 2-core machine with 4 B allreduces
+    /// (BENCHMARKS.md, issue 16):
+    /// - 4 actors, 4 in flight: about 6.1 µs an execution, against 9.3-9.6 µs with
+    ///   `execute`;
+    /// - 2 actors, 4 in flight: about 3 µs, against 0.8-0.95 µs with `execute`.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n.max(1);
         self
