@@ -1,5 +1,5 @@
 //! The header check of a round, after the call check: every rank's header against every
-//! other's ([`agree`]), then every rank's buffers and value entries against the agreed
+//! other's ([`agree()`]), then every rank's buffers and value entries against the agreed
 //! slots, so that no executor reads or writes out of bounds whatever the callers passed.
 //! Every rank reads the same posts, so every rank reaches the same verdict.
 
@@ -57,7 +57,7 @@ pub(super) fn slot_offsets(slots: &[SlotDesc]) -> impl Iterator<Item = (SlotDesc
 }
 
 /// The header check of a round in which every rank published its header and regions:
-/// [`agree`] over the published headers, then every rank's buffers and input data
+/// [`agree()`] over the published headers, then every rank's buffers and input data
 /// against the agreed slots.
 ///
 /// # Safety
