@@ -3,17 +3,19 @@
 //! travels:
 //!
 //! - two spinning counters and no value: the floor itself, the cost of moving two cache
-//!   lines between the cores (BENCHMARKS.md, "Floors");
+//!   lines between the cores (BENCHMARKS.md#floors);
 //! - a `Mutex<VecDeque>` each way: a locked queue, whose lock and buffer are more lines
 //!   that both sides write;
 //! - the value in the cache line of the counter that announces it: how the driver and an
-//!   actor hand over inputs and outputs (`sync::Cells`, `exec::Slot`);
+//!   actor hand over inputs and outputs (`sync::Cells`, in `exec::handoff`);
 //! - a lock-free ring whose cells and counters sit on lines of their own: one line more
 //!   each way than the previous one.
 //!
 //! The value is an `Arc`, cloned by the driver and dropped by it, as a graph's input.
 //! A benchmark of the primitive, not of actorgraph (it uses nothing of it), printing the
-//! mean of 200,000 round trips per variant, three rounds:
+//! mean round trip of each variant, three rounds: over 200,000 round trips, or fewer when
+//! a first 1,000 show that they are slow (a machine busy with other work), so that a
+//! variant takes about a second at most:
 //!
 //! ```sh
 //! cargo bench --bench handoff
@@ -242,7 +244,10 @@ fn main() {
     ];
     for round in 1..=3 {
         for (variant, what) in variants {
-            println!("round {round}  {what:42} {:6.0} ns", run(variant, 200_000));
+            let probe = run(variant, 1_000);
+            let rounds = ((1e9 / probe) as u64).clamp(1_000, 200_000);
+            let nanos = run(variant, rounds);
+            println!("round {round}  {what:42} {nanos:8.0} ns  ({rounds} round trips)");
         }
     }
 }
