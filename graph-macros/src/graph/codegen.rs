@@ -147,9 +147,9 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         let stages = &d.stages;
         let (_, schedule) = &steps[p.index];
         quote! {
-            let #field = #rt::Group::launch(
-                #s, &__options, #n, &backend, &[#(#stages),*], #schedule, #links_arg,
-                #step::<__B::Comm>,
+            let #field = #rt::Group::start(
+                #rt::GroupSpec { name: #s, stages: &[#(#stages),*], schedule: #schedule },
+                &__options, #n, &backend, #links_arg, #step::<__B::Comm>,
             )?;
         }
     });

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::BoxError;
 
 /// Makes one actor on its own thread, given its rank and its group's size.
-type Maker<A> = Box<dyn FnOnce(usize, usize) -> Result<A, BoxError> + Send>;
+pub(super) type Maker<A> = Box<dyn FnOnce(usize, usize) -> Result<A, BoxError> + Send>;
 
 /// Boxes an actor as something that may change threads: exists only for `A: Send`.
 pub(crate) type SendBox<A> = fn(A) -> Box<dyn Any + Send>;

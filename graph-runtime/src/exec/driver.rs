@@ -500,11 +500,11 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
 
     /// Ready when every actor of every group has finished the oldest execution not yet
     /// collected, or a group is broken (collecting then reports it). Before it returns
-    /// `Pending`, it waits a few microseconds at most for the actors (without parking,
-    /// see `sync::briefly`): a small graph is done by then, and the executor is spared a
-    /// park and a wake-up. The waker is registered only then, and the actors checked once
-    /// more after it (see [`Group::register_waker`]): an execution found done while
-    /// waiting costs neither side the waker's lock.
+    /// `Pending`, it waits briefly for the actors, yielding and never parking (see
+    /// `sync::briefly`, which bounds the wait): a small graph is done by then, and the
+    /// executor is spared a park and a wake-up. The waker is registered only then, and
+    /// the actors checked once more after it (see [`Group::register_waker`]): an execution
+    /// found done while waiting costs neither side the waker's lock.
     fn poll_done(&self, cx: &mut Context<'_>, help: bool) -> Poll<()> {
         let ready = || self.groups.ready().is_err() || self.groups.is_done();
         if help {

@@ -1,18 +1,17 @@
-//! The driver taking part in the work it waits for. An `execute` of N actors used to take
-//! N + 1 threads: the caller handed the inputs over and waited. On a machine with few cores
-//! the extra thread cost a switch per execution (every wait yielded, so that the thread
-//! it waited for could run), and when the actors outnumber the cores, the waits cannot
+//! The driver taking part in the work it waits for. A driver that only hands the inputs
+//! over and waits makes an `execute` of N actors take N + 1 threads: on a machine with few
+//! cores the extra thread costs a switch per execution (every wait yields, so that the
+//! thread it waits for can run), and when the actors outnumber the cores, the waits cannot
 //! spin at all. MPI ranks have no driver: each rank is its own caller. So, as rayon's
 //! `join` runs one half of its work on the calling thread and steals the other half if no
 //! thread has taken it yet, the driver runs the first actor's step itself when it would
 //! otherwise only wait, and then, as it collects, every step that no actor thread has
 //! started, when the awake actor threads and itself outnumber the cores
 //! ([`crowded`](crate::sync::crowded)). Then an actor's thread may not run for a while
-//! after its `go` (it takes a turn on a busy core, and a parked one a futex wake-up,
-//! ~70 µs here), while a small step takes well under a microsecond: an `execute` of 8
-//! echo actors on 2 cores went from ~10 µs to 1.5-3.3 µs (BENCHMARKS.md). With a core
-//! for every thread, each spins for its `go` and starts at once, and the driver's look
-//! would only move lines that thread is writing.
+//! after its `go` (it takes a turn on a busy core, and a parked one a futex wake-up), and
+//! either costs far more than a small step: see the echo rows of `BENCHMARKS.md`, which
+//! run more actors than cores. With a core for every thread, each spins for its `go` and
+//! starts at once, and the driver's look would only move lines that thread is writing.
 //!
 //! The actor must be able to change threads for that, so only actors that are `Send`
 //! (ready values: [`Actors`](super::Actors) knows) on a communicator that is not bound
@@ -42,8 +41,9 @@ use std::marker::PhantomData;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::{Mutex, TryLockError};
 
+use super::handoff::{publish, Slot};
 use super::wake::WakeSlot;
-use super::{publish, Ctx, Slot, StepCtx, StepFn};
+use super::{Ctx, StepCtx, StepFn};
 use crate::comm::Communicator;
 use crate::Error;
 

@@ -35,11 +35,10 @@ impl LaunchOptions {
     /// Executions in flight pay off when the steps are long, or when the actors outnumber
     /// the cores. For small steps with a core for every actor, `execute` is faster. It runs
     /// the first actor's step on the caller's thread, and a submitted execution cannot do
-    /// that, since `submit` must not block. On a 2-core machine with 4 B allreduces
-    /// (BENCHMARKS.md, issue 16):
-    /// - 4 actors, 4 in flight: about 6.1 µs an execution, against 9.3-9.6 µs with
-    ///   `execute`;
-    /// - 2 actors, 4 in flight: about 3 µs, against 0.8-0.95 µs with `execute`.
+    /// that, since `submit` must not block. So on a 2-core machine with 4 B allreduces,
+    /// 4 actors with 4 in flight take less time an execution than `execute`, and 2 actors
+    /// with 4 in flight take several times more (see the pipelined rows of
+    /// `BENCHMARKS.md`).
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n.max(1);
         self
@@ -54,8 +53,8 @@ impl LaunchOptions {
     /// else in flight run, to their end, the steps that no actor thread has started, when
     /// the actor threads outnumber the cores, as `execute` does (off by default). On a
     /// machine with fewer cores than the threads a graph needs, this spares the executor
-    /// and the actors their turns on the cores: an async execution of two small actors
-    /// on two cores took 0.6-0.9 µs with it against 3.5-3.9 µs without (BENCHMARKS.md).
+    /// and the actors their turns on the cores: an async execution of two small actors on
+    /// two cores is several times faster with it (see the async rows of `BENCHMARKS.md`).
     ///
     /// Only for graphs whose steps are short and never wait for a task of the runtime
     /// that awaits them: such a step, run on that runtime's thread, would wait for a task
