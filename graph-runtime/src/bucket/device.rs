@@ -17,11 +17,6 @@ use crate::gpu::{alloc_zeros, copy_ordered, gpu, take_dropped, take_stored, Pinn
 use crate::tensor::{DeviceBuf, Storage};
 use crate::{DType, Element, Error};
 
-/// The page-locked buffer of a region's host values (see `gpu::staging`): uploads from
-/// pageable memory could wait, inside the driver, behind a collective that never
-/// completes.
-pub(super) type Staging = Pinned;
-
 /// Whether a value lives on a GPU.
 pub(super) fn on_device<T: Bucketable>(value: &T) -> bool {
     value.device_elements().is_some()

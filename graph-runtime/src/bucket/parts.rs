@@ -11,74 +11,19 @@
 //! defaults of those methods make the value itself one part, so a plain `Bucketable` is a
 //! value of one part. The stage checks each part against the slot it was laid out in: a
 //! value whose walks disagree gets an error from `run`, never a slice of another value.
+//!
+//! The handles themselves are defined beside `FusedStage` in `stage.rs`, whose
+//! per-value steps (`add`, `pack`, `output`, ..) hand them to a value; this file is what
+//! they do, and depends on `stage.rs` for the stage's per-slot steps, never the other way.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 
+use super::reduced::Reduced;
 use super::region::{Region, SlotIdx};
-use super::stage::FusedStage;
-use super::{Bucketable, Gather, Reduced, Scatter};
+use super::stage::{Hand, Layout, Parts, Source};
+use super::{Bucketable, Gather, Scatter};
 use crate::tensor::Storage;
 use crate::{Element, Error};
-
-/// Lays out a value's parts: one slot per part, in order (see
-/// [`Bucketable::add_parts`]).
-///
-/// `#[derive(Bucketable)]` writes these walks for a struct; by hand, for a value whose
-/// parts are not its fields, they read:
-///
-/// ```
-/// use actorgraph::prelude::*;
-/// use actorgraph::{Hand, Layout, Parts, Reduced};
-///
-/// /// Weights and their step count; only the weights travel.
-/// struct Params { weights: Vec<Tensor<f32>>, steps: usize }
-///
-/// impl Bucketable for Params {
-///     type Elem = u8; // no elements of its own: the stage walks its parts
-///     fn bucket_len(&self) -> usize { 0 }
-///     fn pack(&self, _: &mut [u8]) {}
-///     fn unpack(&self, _: Reduced<'_, u8>) -> Self {
-///         self.unpack_parts(&mut Parts::detached())
-///     }
-///     fn add_parts(&self, layout: &mut Layout<'_>) {
-///         layout.add(&self.weights);
-///     }
-///     fn hand_parts<'v>(&'v self, hand: &mut Hand<'_, 'v>) {
-///         hand.add(&self.weights);
-///     }
-///     fn unpack_parts(&self, parts: &mut Parts<'_>) -> Self {
-///         Params { weights: parts.unpack(&self.weights), steps: self.steps }
-///     }
-/// }
-///
-/// struct Worker(f32);
-///
-/// #[actor]
-/// impl Worker {
-///     fn params(&mut self) -> Params {
-///         Params { weights: vec![Tensor::full([2], self.0); 3], steps: 7 }
-///     }
-/// }
-///
-/// graph! {
-///     G(workers: [Worker]) {
-///         let p = workers.params();
-///         allreduce(p, Max)
-///     }
-/// }
-///
-/// let mut g = G::launch(vec![Worker(1.0), Worker(2.0)], Cpu)?;
-/// let p = &g.execute()?[0];
-/// assert_eq!((p.weights[2].to_vec(), p.steps), (vec![2.0; 2], 7));
-/// # Ok::<(), actorgraph::Error>(())
-/// ```
-pub struct Layout<'a> {
-    pub(super) st: &'a mut FusedStage,
-    /// The stage concatenates along the first dimension (`allgather`), which the
-    /// agreement then does not compare.
-    pub(super) gather: bool,
-}
 
 impl Layout<'_> {
     /// Lays out `value` with all its parts.
@@ -134,18 +79,6 @@ impl Layout<'_> {
     }
 }
 
-/// Hands a value's parts to the stage after the layout, in the same order (see
-/// [`Bucketable::hand_parts`]): lent in place to a communicator that reads values in
-/// place, else copied into the stage's buffer.
-pub struct Hand<'a, 'v> {
-    pub(super) st: &'a mut FusedStage,
-    pub(super) next: usize,
-    pub(super) end: usize,
-    pub(super) lend: bool,
-    /// The parts are borrowed for `'v`, which outlives the stage's use of lent elements.
-    pub(super) values: PhantomData<&'v ()>,
-}
-
 impl<'v> Hand<'_, 'v> {
     /// Hands `value` with all its parts.
     #[inline]
@@ -189,25 +122,6 @@ impl<'v> Hand<'_, 'v> {
     }
 }
 
-/// Where [`Parts`] takes each part's result from.
-enum Source<'a> {
-    /// The stage's buffers, from slot `next` to `end`.
-    Stage {
-        st: &'a mut FusedStage,
-        next: usize,
-        end: usize,
-    },
-    /// No stage: each part's result is a copy of the part itself, as if the collective ran
-    /// on one rank (see [`Parts::detached`]).
-    Detached,
-}
-
-/// Builds a value's result from its parts' results, in the order of the layout (see
-/// [`Bucketable::unpack_parts`]).
-pub struct Parts<'a> {
-    src: Source<'a>,
-}
-
 /// Which result a part takes.
 #[derive(Clone, Copy)]
 enum Kind {
@@ -220,16 +134,6 @@ enum Kind {
 }
 
 impl<'a> Parts<'a> {
-    pub(super) fn new(st: &'a mut FusedStage, at: SlotIdx) -> Self {
-        Self {
-            src: Source::Stage {
-                st,
-                next: at.slot,
-                end: at.slot.saturating_add(at.parts),
-            },
-        }
-    }
-
     /// Results without a stage: each part's result is a copy of the part, as if the
     /// collective ran on one rank. What a value made of parts returns from its own
     /// `Bucketable::unpack` (which a stage never calls for it: it calls `unpack_parts`).
@@ -355,6 +259,7 @@ fn detached<T: Bucketable, R>(value: &T, f: impl FnOnce(Reduced<'_, T::Elem>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bucket::FusedStage;
     use crate::comm::{reduce_reference, Backend, Collective};
     use crate::{Cpu, ReduceOp, Tensor};
 

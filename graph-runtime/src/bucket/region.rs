@@ -4,7 +4,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use super::Reduced;
+use super::reduced::Reduced;
 use crate::comm::{Collective, RegionMut, SharedBuffers};
 use crate::tensor::Storage;
 use crate::{DType, Element};
@@ -23,8 +23,9 @@ pub(crate) struct Region<E> {
     /// References to `shared` taken in one go, one per slot of this dtype, each handed to a
     /// view (see [`Reduced`]); those left over are dropped with `shared`. Every rank
     /// makes its views of rank 0's buffer at the same time, and a reference taken per view
-    /// moved the count's line between their cores at every view: 45 % of the samples of
-    /// `Parts::result` in a stage of 64 values.
+    /// would move the count's line between their cores at every view (a stage of 64
+    /// values makes 64 views a rank: the `64x1024 f32, 2 actors/one fused stage` row of
+    /// `BENCHMARKS.md`).
     spares: Vec<Arc<Storage<E>>>,
     pub(super) len: usize,
     /// Whether a value of this execution is in host memory. In device mode, `buf` then
@@ -35,9 +36,11 @@ pub(crate) struct Region<E> {
     pub(super) device_values: bool,
     /// Device mode: the flat buffer on the actor's GPU. Reused like `buf`.
     pub(super) dev: Option<Arc<Storage<E>>>,
-    /// Device mode: the page-locked buffer that host values go to the GPU through.
+    /// Device mode: the page-locked buffer that host values go to the GPU through (see
+    /// `gpu::staging`): uploads from pageable memory could wait, inside the driver, behind
+    /// a collective that never completes.
     #[cfg(feature = "nccl")]
-    pub(super) pinned: Option<super::device::Staging>,
+    pub(super) pinned: Option<crate::gpu::Pinned>,
 }
 
 impl<E: Element> Region<E> {
@@ -129,7 +132,7 @@ impl<E: Element> Region<E> {
 
     fn release_shared(&mut self) {
         // Most regions of a stage hold neither (a stage has one or two of the ten
-        // dtypes): tested first, they cost no drop code (about 20 ns a stage).
+        // dtypes): tested first, they run no drop code.
         if self.shared.is_some() || !self.spares.is_empty() {
             self.shared = None;
             self.spares.clear();
@@ -204,8 +207,9 @@ macro_rules! regions {
                 Some(())
             }
             /// The non-empty regions, at most one per dtype, in dtype order, on the stack.
-            /// Only the dtypes of the layout are looked at (a stage has one or two of the
-            /// ten): making and testing a region for each took 10 % of a small stage.
+            /// Only the dtypes of the layout are made into regions (a stage has one or two
+            /// of the ten): making and testing a region for each would be a visible part
+            /// of a small stage.
             pub(super) fn with_slices<R>(&mut self, f: impl FnOnce(&mut [RegionMut<'_>]) -> R) -> R {
                 let mut all: [RegionMut<'_>; DType::COUNT] =
                     std::array::from_fn(|_| RegionMut::U8(&mut []));

@@ -1,16 +1,18 @@
 //! [`FusedStage`]: one fused collective stage on one rank, driven in a fixed sequence
-//! (begin, add, prepare, pack, run, output) and kept across executions.
+//! (begin, add, prepare, pack, run, output) and kept across executions, and the handles
+//! through which a value's walk over its parts reaches it ([`Layout`], [`Hand`],
+//! [`Parts`]). What those handles do is in `parts.rs`, which depends on this file, not
+//! the other way.
 
 use std::marker::PhantomData;
 
 use super::device::{device_of, on_device, Device};
+use super::failure::stage_error;
 use super::kept::Kept;
-use super::parts::{Hand, Layout, Parts};
 use super::region::{Regions, SlotIdx};
 use super::{Bucketable, Gather, Scatter};
 use crate::comm::{
-    Collective, Communicator, Disagreement, Header, SharedBuffers, SlotData, SlotDesc, StageError,
-    Status,
+    Collective, Communicator, Header, SharedBuffers, SlotData, SlotDesc, StageError, Status,
 };
 use crate::{DType, Element, Error};
 
@@ -568,10 +570,22 @@ impl FusedStage {
         }
     }
 
+    /// The walk of the parts' results of the value at `at`.
+    #[inline]
+    fn parts(&mut self, at: SlotIdx) -> Parts<'_> {
+        Parts {
+            src: Source::Stage {
+                st: self,
+                next: at.slot,
+                end: at.slot.saturating_add(at.parts),
+            },
+        }
+    }
+
     /// This rank's result for a value of an in-place collective (`allreduce`,
     /// `broadcast`): views into the flat buffer.
     pub fn output<T: Bucketable>(&mut self, value: &T, at: SlotIdx) -> T {
-        value.unpack_parts(&mut Parts::new(self, at))
+        value.unpack_parts(&mut self.parts(at))
     }
 
     /// This rank's result for a value of `reduce`: the reduction on the root, `None`
@@ -587,82 +601,115 @@ impl FusedStage {
 
     /// This rank's result for a value of `allgather`: every rank's value, in rank order.
     pub fn output_gathered<T: Gather>(&mut self, value: &T, at: SlotIdx) -> T::Gathered {
-        value.gather_parts(&mut Parts::new(self, at))
+        value.gather_parts(&mut self.parts(at))
     }
 
     /// This rank's result for a value of `reducescatter`: its chunk of the reduction.
     pub fn output_scattered<T: Scatter>(&mut self, value: &T, at: SlotIdx) -> T {
-        value.scatter_parts(&mut Parts::new(self, at))
+        value.scatter_parts(&mut self.parts(at))
     }
 }
 
 impl FusedStage {
     /// The error a failed stage reports, with the stage and its values named as written.
     pub(super) fn stage_error(&self, e: StageError, group: &'static str) -> Error {
-        let (stage, rank) = (self.name, self.rank);
         // The header counts slots; errors name the value a slot is a part of.
-        let value_of = |slot: usize| self.places.get(slot).map_or(slot, |p| p.value);
-        match e {
-            StageError::Comm(e) => e,
-            StageError::Aborted => Error::Broken {
-                group,
-                reason: format!("the communicator was aborted during stage `{stage}`"),
-            },
-            StageError::Disagreed(Disagreement::Failed { rank: failed_rank }) => Error::Aborted {
-                group,
-                rank,
-                failed_rank,
-            },
-            StageError::Disagreed(Disagreement::Calls { calls }) => Error::Broken {
-                group,
-                reason: format!(
-                    "in stage `{stage}`, the ranks made different calls into their \
-                     communicator ({}), so their calls no longer pair up",
-                    fmt_calls(&calls)
-                ),
-            },
-            StageError::Disagreed(Disagreement::BucketSize { counts }) => {
-                Error::BucketMismatch { stage, counts }
-            }
-            StageError::Disagreed(Disagreement::Slot {
-                slot,
-                counts,
-                shapes,
-            }) => Error::ShapeMismatch {
-                stage,
-                value: self.values.get(value_of(slot)).copied().unwrap_or(""),
-                slot: value_of(slot),
-                counts,
-                shapes,
-            },
-            StageError::Disagreed(Disagreement::NotDivisible { slot, len, size }) => {
-                Error::NotDivisible {
-                    stage,
-                    slot: value_of(slot),
-                    len,
-                    ranks: size,
-                }
-            }
-            StageError::Disagreed(Disagreement::Root { root, size }) => Error::RootOutOfRange {
-                group,
-                stage,
-                root,
-                size,
-            },
-            StageError::Disagreed(Disagreement::Buffers { reason }) => {
-                Error::Backend(format!("stage `{stage}`: {reason}"))
-            }
-        }
+        let value_of = |slot: usize| {
+            let value = self.places.get(slot).map_or(slot, |p| p.value);
+            (value, self.values.get(value).copied().unwrap_or(""))
+        };
+        stage_error(e, group, (self.name, self.rank), value_of)
     }
 }
 
-/// Each rank's call, for an error message.
-fn fmt_calls(calls: &[Option<crate::comm::Call>]) -> String {
-    let each = calls.iter().enumerate().map(|(rank, call)| match call {
-        Some(call) => format!("rank {rank}: {call}"),
-        None => format!("rank {rank}: none in this round"),
-    });
-    each.collect::<Vec<_>>().join(", ")
+/// Lays out a value's parts: one slot per part, in order (see
+/// [`Bucketable::add_parts`]).
+///
+/// `#[derive(Bucketable)]` writes these walks for a struct; by hand, for a value whose
+/// parts are not its fields, they read:
+///
+/// ```
+/// use actorgraph::prelude::*;
+/// use actorgraph::{Hand, Layout, Parts, Reduced};
+///
+/// /// Weights and their step count; only the weights travel.
+/// struct Params { weights: Vec<Tensor<f32>>, steps: usize }
+///
+/// impl Bucketable for Params {
+///     type Elem = u8; // no elements of its own: the stage walks its parts
+///     fn bucket_len(&self) -> usize { 0 }
+///     fn pack(&self, _: &mut [u8]) {}
+///     fn unpack(&self, _: Reduced<'_, u8>) -> Self {
+///         self.unpack_parts(&mut Parts::detached())
+///     }
+///     fn add_parts(&self, layout: &mut Layout<'_>) {
+///         layout.add(&self.weights);
+///     }
+///     fn hand_parts<'v>(&'v self, hand: &mut Hand<'_, 'v>) {
+///         hand.add(&self.weights);
+///     }
+///     fn unpack_parts(&self, parts: &mut Parts<'_>) -> Self {
+///         Params { weights: parts.unpack(&self.weights), steps: self.steps }
+///     }
+/// }
+///
+/// struct Worker(f32);
+///
+/// #[actor]
+/// impl Worker {
+///     fn params(&mut self) -> Params {
+///         Params { weights: vec![Tensor::full([2], self.0); 3], steps: 7 }
+///     }
+/// }
+///
+/// graph! {
+///     G(workers: [Worker]) {
+///         let p = workers.params();
+///         allreduce(p, Max)
+///     }
+/// }
+///
+/// let mut g = G::launch(vec![Worker(1.0), Worker(2.0)], Cpu)?;
+/// let p = &g.execute()?[0];
+/// assert_eq!((p.weights[2].to_vec(), p.steps), (vec![2.0; 2], 7));
+/// # Ok::<(), actorgraph::Error>(())
+/// ```
+pub struct Layout<'a> {
+    pub(super) st: &'a mut FusedStage,
+    /// The stage concatenates along the first dimension (`allgather`), which the
+    /// agreement then does not compare.
+    pub(super) gather: bool,
+}
+
+/// Hands a value's parts to the stage after the layout, in the same order (see
+/// [`Bucketable::hand_parts`]): lent in place to a communicator that reads values in
+/// place, else copied into the stage's buffer.
+pub struct Hand<'a, 'v> {
+    pub(super) st: &'a mut FusedStage,
+    pub(super) next: usize,
+    pub(super) end: usize,
+    pub(super) lend: bool,
+    /// The parts are borrowed for `'v`, which outlives the stage's use of lent elements.
+    pub(super) values: PhantomData<&'v ()>,
+}
+
+/// Where [`Parts`] takes each part's result from.
+pub(super) enum Source<'a> {
+    /// The stage's buffers, from slot `next` to `end`.
+    Stage {
+        st: &'a mut FusedStage,
+        next: usize,
+        end: usize,
+    },
+    /// No stage: each part's result is a copy of the part itself, as if the collective ran
+    /// on one rank (see [`Parts::detached`]).
+    Detached,
+}
+
+/// Builds a value's result from its parts' results, in the order of the layout (see
+/// [`Bucketable::unpack_parts`]).
+pub struct Parts<'a> {
+    pub(super) src: Source<'a>,
 }
 
 #[cfg(test)]

@@ -1,13 +1,10 @@
 //! The public traits of what goes into a fused stage ([`Bucketable`], [`Gather`],
-//! [`Scatter`], [`GatherList`]), the view of a value's result ([`Reduced`]), and their
-//! implementations for tensors, scalars and vectors.
+//! [`Scatter`], [`GatherList`]) and their implementations for tensors, scalars and
+//! vectors.
 
-use std::cell::Cell;
-use std::sync::Arc;
-
-use super::parts::{Hand, Layout, Parts};
-use crate::tensor::{Shape, Storage};
-use crate::{Element, Error, Tensor};
+use super::reduced::Reduced;
+use super::stage::{Hand, Layout, Parts};
+use crate::{Element, Tensor};
 
 /// A value that can travel through a fused collective stage.
 ///
@@ -56,6 +53,8 @@ use crate::{Element, Error, Tensor};
 ///     }
 /// }
 /// ```
+///
+/// [`Error::ShapeMismatch`]: crate::Error::ShapeMismatch
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot go through a collective",
     label = "this value's type does not implement `Bucketable`",
@@ -80,6 +79,8 @@ pub trait Bucketable: Sized + Send + 'static {
     /// put a `[2, 3]` and a `[3, 2]` value in one slot get [`Error::ShapeMismatch`]
     /// instead of a result. The default, empty, leaves only the element count to agree
     /// on, which suits flat values (a scalar, a `Vec`).
+    ///
+    /// [`Error::ShapeMismatch`]: crate::Error::ShapeMismatch
     fn shape(&self) -> &[usize] {
         &[]
     }
@@ -242,6 +243,8 @@ pub trait GatherList: Gather {
 /// - `Vec<T>` of another `Scatter` type: each item scattered on its own.
 ///
 /// A scalar `E` does not implement it: one element cannot be split.
+///
+/// [`Error::NotDivisible`]: crate::Error::NotDivisible
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be scattered",
     label = "this value's type does not implement `Scatter`",
@@ -268,90 +271,6 @@ pub trait Scatter: Bucketable {
     #[inline]
     fn scatter_parts(&self, parts: &mut Parts<'_>) -> Self {
         parts.scatter_leaf(self)
-    }
-}
-
-/// The elements a collective left for one value of a bucket, inside the stage's flat
-/// buffer: reduced (`allreduce`, `reducescatter`, `reduce`), gathered (`allgather`) or
-/// copied from the root (`broadcast`).
-pub struct Reduced<'a, E> {
-    pub(super) buf: &'a Arc<Storage<E>>,
-    pub(super) offset: usize,
-    pub(super) len: usize,
-    /// References to `buf` taken beforehand, one per view (see `Region::spares`); taken
-    /// only by a view, so that a result copied out drops none of them here.
-    pub(super) spares: Cell<Option<&'a mut Vec<Arc<Storage<E>>>>>,
-}
-
-impl<'a, E: Element> Reduced<'a, E> {
-    pub(super) fn new(buf: &'a Arc<Storage<E>>, offset: usize, len: usize) -> Self {
-        Reduced {
-            buf,
-            offset,
-            len,
-            spares: Cell::new(None),
-        }
-    }
-
-    /// A reference to the buffer for a view: a spare one while there is one.
-    fn handle(&self) -> Arc<Storage<E>> {
-        let mut spares = self.spares.take();
-        let spare = spares.as_mut().and_then(|s| s.pop());
-        self.spares.set(spares);
-        spare.unwrap_or_else(|| Arc::clone(self.buf))
-    }
-}
-
-impl<E: Element> Reduced<'_, E> {
-    /// The elements, when they are in host memory: always, but for the result of a value
-    /// that lent device elements (`Bucketable::device_elements`, feature `nccl`), which is
-    /// on the GPU (and reads here as empty).
-    pub fn as_slice(&self) -> &[E] {
-        self.buf
-            .host()
-            .and_then(|h| h.get(self.offset..self.offset + self.len))
-            .unwrap_or(&[])
-    }
-
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether there are no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// A tensor with `like`'s shape viewing the elements without copying them.
-    /// `like` must hold as many elements (true for the value being unpacked).
-    pub fn to_tensor_like(&self, like: &Tensor<E>) -> Tensor<E> {
-        Tensor::view(
-            self.handle(),
-            self.offset,
-            self.len,
-            like.shape_of().clone(),
-        )
-    }
-
-    /// A tensor of `shape` viewing the elements without copying them; an error if the
-    /// shape does not hold exactly [`len`](Self::len) elements.
-    pub fn to_tensor(&self, shape: impl AsRef<[usize]>) -> Result<Tensor<E>, Error> {
-        let shape = shape.as_ref();
-        let numel = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-        if numel != Some(self.len) {
-            return Err(Error::ShapeData {
-                shape: shape.to_vec(),
-                expected: numel.unwrap_or(usize::MAX),
-                got: self.len,
-            });
-        }
-        Ok(self.view(shape.into()))
-    }
-
-    /// A view with `shape`, which the caller checked holds `len` elements.
-    fn view(&self, shape: Shape) -> Tensor<E> {
-        Tensor::view(self.handle(), self.offset, self.len, shape)
     }
 }
 

@@ -3,10 +3,10 @@
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use cudarc::driver::{CudaContext, CudaStream, CudaViewMut, DriverError};
+use cudarc::driver::{CudaContext, CudaStream, CudaViewMut};
 
+use super::errors::{gpu, take_stored};
 use super::staging::Staging;
-
 use crate::Error;
 
 /// One GPU as an actor uses it: its CUDA context and the stream that the actor's fused
@@ -156,20 +156,6 @@ pub(crate) fn alloc_zeros<E: crate::Element>(
         .map_err(gpu("cuMemAlloc"))
 }
 
-/// Reads the error cudarc stored in `ctx` (if any): cudarc keeps the error of a driver
-/// call it makes where it cannot return one (freeing memory in `Drop`, recording a
-/// buffer's use when a borrow of its address ends) and returns it from the next call on
-/// that GPU that checks, on any thread, as that call's failure. Read right after such a
-/// place, it is reported there, as `what`.
-pub(crate) fn take_stored(ctx: &CudaContext, what: &'static str) -> Result<(), Error> {
-    ctx.check_err()
-        .map_err(|e| super::probe::driver_error(what, e))
-}
-
-/// What [`take_stored`] names an error cudarc stored recording a buffer's use.
-pub(crate) const TRACKING: &str =
-    "cuEventRecord/cuStreamWaitEvent (cudarc's tracking of a GPU buffer's uses, stored)";
-
 thread_local! {
     /// An error met freeing GPU memory on this actor's thread, for its next stage.
     static DROPPED: RefCell<Option<Error>> = const { RefCell::new(None) };
@@ -207,9 +193,4 @@ pub(crate) fn take_dropped() -> Result<(), Error> {
         .ok()
         .flatten()
         .map_or(Ok(()), Err)
-}
-
-/// Maps a CUDA driver error to [`Error::Gpu`] naming the call.
-pub(crate) fn gpu(call: &'static str) -> impl FnOnce(DriverError) -> Error {
-    move |e| super::probe::driver_error(call, e)
 }

@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 use cudarc::driver::result::DriverError;
 use cudarc::driver::sys::CUresult;
 
+use super::errors::driver_error;
 use crate::Error;
 
 const CUDA_LIBRARY: &str = "the CUDA driver (libcuda)";
@@ -147,15 +148,6 @@ fn decode_version(code: c_int) -> Option<(u32, u32, u32)> {
     let code = u32::try_from(code).ok().filter(|&c| c > 0)?;
     let major_unit = if code >= 10_000 { 10_000 } else { 1_000 };
     Some((code / major_unit, (code % major_unit) / 100, code % 100))
-}
-
-pub(crate) fn driver_error(call: &'static str, e: DriverError) -> Error {
-    // The code's name, and the driver's description of it when it has one.
-    let message = match e.error_string() {
-        Ok(text) => format!("{:?}: {}", e.0, text.to_string_lossy()),
-        Err(_) => format!("{:?}", e.0),
-    };
-    Error::Gpu { call, message }
 }
 
 fn cuda_candidates() -> Vec<String> {

@@ -20,7 +20,7 @@ use cudarc::driver::{
     CudaContext, CudaEvent, CudaStream, CudaViewMut, DevicePtrMut, PinnedHostSlice,
 };
 
-use super::gpu;
+use super::errors::{gpu, take_stored, TRACKING};
 use crate::{Element, Error};
 
 /// A page-locked host buffer that uploads go through, and the point of its stream after
@@ -128,7 +128,7 @@ impl Pinned {
         // Ends the borrow of `dst`'s address: cudarc records its use, keeping a failure
         // for later; read it here rather than in the next call on this GPU.
         drop(_record);
-        super::take_stored(stream.context(), super::TRACKING)?;
+        take_stored(stream.context(), TRACKING)?;
         self.used.record(stream).map_err(gpu("cuEventRecord"))
     }
 }

@@ -11,23 +11,29 @@
 //! Each rank has two posts, for even and odd barrier rounds (the rank's count of its
 //! barrier waits, the same on every rank for the waits that pass together): a rank writes
 //! a post again for round r + 2 at the earliest, after the barrier of round r + 1, which
-//! every peer reaches only once done reading the post of round r. Posts are copies behind read-write locks (so a writer never meets a
-//! reader in that scheme, and readers share), and each says which round and which call it
-//! is for: a rank whose calls are out of step with its peers' (an agreement paired with a
-//! launch confirmation) is found out on every rank, instead of one reading the other's
-//! stale post, and a rank that gives up on an abort leaves nothing a peer could read after
-//! it is gone.
+//! every peer reaches only once done reading the post of round r. Posts are copies behind
+//! read-write locks (so a writer never meets a reader in that scheme, and readers share),
+//! and each says which round and which call it is for: a rank whose calls are out of step
+//! with its peers' (an agreement paired with a launch confirmation) is found out on every
+//! rank, instead of one reading the other's stale post, and a rank that gives up on an
+//! abort leaves nothing a peer could read after it is gone.
 //!
 //! A group whose ranks span processes (the NCCL backend over MPI) adds a step to each
 //! round: after the barrier, the process's first rank exchanges every local post with the
-//! other processes' (`nccl/mpi.rs`), and after a second barrier every rank decides over
+//! other processes' (`across.rs`), and after a second barrier every rank decides over
 //! every rank's post, in every process alike. Only that rank reads the local posts
 //! between the two barriers, so one post per rank would do there. Its MPI wait polls, and
 //! an abort (a timeout) ends it: the round then fails with [`StageError::Aborted`].
+//!
+//! This file depends on `post.rs` (the posts) and `across.rs` (the exchange); `comm.rs`
+//! and `mpi.rs` depend on it, and nothing here depends on them.
 
 use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
-use crate::comm::{agree, Call, Collective, Disagreement, Header, SlotDesc, StageError, Status};
+#[cfg(feature = "mpi")]
+use super::across::Across;
+use super::post::Post;
+use crate::comm::{agree, Call, Collective, Disagreement, Header, StageError, Status};
 use crate::sync::Barrier;
 
 /// Where the ranks of a group agree on each stage's headers, and confirm its launch.
@@ -37,35 +43,7 @@ pub(super) struct Board {
     posts: Box<[[RwLock<Post>; 2]]>,
     /// The rest of the group, in other processes.
     #[cfg(feature = "mpi")]
-    across: Option<super::mpi::Across>,
-}
-
-/// A copy of a rank's call and, for an agreement, its header.
-#[derive(Default)]
-pub(super) struct Post {
-    /// The barrier round it is for (`None`: never written).
-    pub(super) round: Option<u64>,
-    pub(super) call: Option<Call>,
-    /// For a launch confirmation: whether the launch went through.
-    pub(super) launched: bool,
-    pub(super) failed: bool,
-    pub(super) slots: Vec<SlotDesc>,
-    pub(super) dims: Vec<usize>,
-}
-
-impl Post {
-    pub(super) fn header(&self) -> Header<'_> {
-        Header {
-            status: if self.failed {
-                Status::Failed
-            } else {
-                Status::Ok
-            },
-            slots: &self.slots,
-            dims: &self.dims,
-            data: &[],
-        }
-    }
+    across: Option<Across>,
 }
 
 fn read(post: &RwLock<Post>) -> RwLockReadGuard<'_, Post> {
@@ -92,7 +70,7 @@ impl Board {
 
     /// The board of this process's `local` ranks of a group that spans processes.
     #[cfg(feature = "mpi")]
-    pub(super) fn across(local: usize, across: super::mpi::Across) -> Self {
+    pub(super) fn across(local: usize, across: Across) -> Self {
         Self {
             across: Some(across),
             ..Self::new(local)
@@ -101,7 +79,7 @@ impl Board {
 
     /// The rest of the group, if it spans processes.
     #[cfg(feature = "mpi")]
-    pub(super) fn other_processes(&self) -> Option<&super::mpi::Across> {
+    pub(super) fn other_processes(&self) -> Option<&Across> {
         self.across.as_ref()
     }
 
@@ -229,6 +207,7 @@ impl Board {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::comm::SlotDesc;
     use crate::{DType, ReduceOp};
     use std::sync::Arc;
 
