@@ -50,17 +50,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let steps: Vec<(TokenStream, TokenStream)> =
         groups.iter().map(|p| step::step_fn(g, &sched, p)).collect();
 
-    // The driver's type: the groups as a list, the graph's inputs, one rank's output.
-    let group_tys = groups.iter().map(|p| {
-        let actor = &g.groups[p.index].actor;
-        let in_ty = p.input_type(g);
-        let out_ty = &p.out_ty;
-        quote!(#rt::Group<#actor, #in_ty, #out_ty>)
-    });
-    let input_tys = g.inputs.iter().map(|i| &i.ty);
     let out_ty = output_type(g);
-    let groups_ty = list(group_tys);
-    let driver_ty = quote!(#rt::Driver<#groups_ty, (#(#input_tys,)*), #out_ty>);
+    let driver_ty = driver_type(g, &groups, &out_ty);
 
     // launch
     let params = |ready| -> Vec<TokenStream> {
@@ -88,45 +79,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         Some(quote!(#rt::check_size(#s, #len, #size)?;))
     });
     let checks = launch_checks(g, &groups, &sched);
-    let edges: Vec<TokenStream> = sched
-        .edges
-        .iter()
-        .enumerate()
-        .map(|(e, edge)| {
-            let from_group = &g.groups[edge.from.group()].name;
-            let ty = edge_type(g, e);
-            let value = &g.values[edge.value].label;
-            let from = g.groups[edge.from.group()].name.to_string();
-            let to = &g.groups[edge.to.group()].name;
-            let to_name = to.to_string();
-            let producers = size_var(from_group);
-            let route = match edge.route {
-                Route::Zip => quote!(#rt::Route::Zip),
-                Route::Fan { from, skip_from } => {
-                    quote!(#rt::Route::Fan { from: #from, skip_from: #skip_from })
-                }
-                Route::One { from, to } => quote!(#rt::Route::One { from: #from, to: #to }),
-                Route::Gather { to, keep } => quote!(#rt::Route::Gather { to: #to, keep: #keep }),
-                Route::GatherAll => {
-                    quote!(#rt::Route::GatherAll { producers: #producers })
-                }
-                Route::Scatter { from, keep } => {
-                    quote!(#rt::Route::Scatter { from: #from, keep: #keep })
-                }
-            };
-            // A gather has a slot per producer; every other edge one per consumer. Ranks
-            // are global: the sizes are every process's actors together.
-            let slots = size_var(match edge.route {
-                Route::Gather { .. } => from_group,
-                _ => to,
-            });
-            // Whether the value's type can travel to another process, asked without
-            // requiring it (`travel::Probe`); `edge_to` refuses an edge that must and
-            // cannot.
-            let codec = quote!((&&&#rt::Probe::<#ty>::NEW).codec());
-            quote!(__links.edge_to::<#ty>(#value, #from, #to_name, #route, #slots, #codec)?)
-        })
-        .collect();
+    let edges = wire_edges(g, &sched);
     // The edges' table and the steps' typed handles on them; a graph without edges passes
     // an empty table to every group.
     let (links, links_arg) = if edges.is_empty() {
@@ -157,24 +110,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         let v = group_var(&d.name);
         quote!(#v)
     }));
-    // The launch starts by asking the backend for each group's size (the sizes of a graph
-    // spanning processes are the sum of theirs), which every check then uses.
-    let size_vars = g.groups.iter().map(|d| size_var(&d.name));
-    let local_sizes = g.groups.iter().map(|d| {
-        let (n, s) = (&d.name, d.name.to_string());
-        quote!((#s, #n.len()))
-    });
-    let edge_values = sched.edges.iter().map(|e| &g.values[e.value].label);
-    let group_count = g.groups.len();
-    let graph_name = name.to_string();
-    let join = quote! {
-        let [#(#size_vars),*] = #rt::join::<_, #group_count>(&backend, &#rt::GraphInfo {
-            name: #graph_name,
-            fingerprint: Self::FINGERPRINT,
-            groups: &[#(#local_sizes),*],
-            edges: &[#(#edge_values),*],
-        })?;
-    };
+    let join = join_sizes(g, &sched, name);
     let split = split(g, &groups);
     let assemble = assemble(g, &groups);
 
@@ -190,53 +126,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let input_names: Vec<&Ident> = g.inputs.iter().map(|i| &i.name).collect();
     let inputs = quote!((#(#input_names,)*));
 
-    // teardown: hands actors back to this thread, so only here must they be `Send`
-    let actor_vecs: Vec<TokenStream> = g
-        .groups
-        .iter()
-        .map(|d| {
-            let a = &d.actor;
-            quote!(#rt::Vec<#a>)
-        })
-        .collect();
-    let torn: Vec<Ident> = g
-        .groups
-        .iter()
-        .map(|d| format_ident!("__torn_{}", d.name))
-        .collect();
-    let each_vecs: Vec<TokenStream> = g
-        .groups
-        .iter()
-        .map(|d| {
-            let a = &d.actor;
-            quote!(#rt::Vec<#rt::Result<#a, #rt::Error>>)
-        })
-        .collect();
-    // The driver's list of groups' actors as the graph returns them: one group's alone,
-    // several groups' as a tuple.
-    let torn_list = list(torn.iter().map(|t| quote!(#t)));
-    let (teardown_ty, each_ty, teardown, teardown_each) = if g.groups.len() == 1 {
-        let (t, e) = (&actor_vecs[0], &each_vecs[0]);
-        (
-            quote!(#t),
-            quote!(#e),
-            quote!(#rt::Result::Ok(self.__driver.0.teardown()?.0)),
-            quote!(self.__driver.0.teardown_each().0),
-        )
-    } else {
-        (
-            quote!((#(#actor_vecs),*)),
-            quote!((#(#each_vecs),*)),
-            quote! {
-                let #torn_list = self.__driver.0.teardown()?;
-                #rt::Result::Ok((#(#torn),*))
-            },
-            quote! {
-                let #torn_list = self.__driver.0.teardown_each();
-                (#(#torn),*)
-            },
-        )
-    };
+    let (teardown_ty, each_ty, teardown, teardown_each) = teardown_bodies(g);
     // Spanned at the group's actor type, where a missing `Send` is reported.
     let send_bounds: Vec<TokenStream> = g
         .groups
@@ -402,6 +292,138 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
 
             #(#steps)*
         };
+    }
+}
+
+/// The driver's type: the groups as a list, the graph's inputs, one rank's output.
+fn driver_type(g: &Graph, groups: &[GroupPlan], out_ty: &TokenStream) -> TokenStream {
+    let rt = rt::local();
+    let group_tys = groups.iter().map(|p| {
+        let actor = &g.groups[p.index].actor;
+        let in_ty = p.input_type(g);
+        let out_ty = &p.out_ty;
+        quote!(#rt::Group<#actor, #in_ty, #out_ty>)
+    });
+    let input_tys = g.inputs.iter().map(|i| &i.ty);
+    let groups_ty = list(group_tys);
+    quote!(#rt::Driver<#groups_ty, (#(#input_tys,)*), #out_ty>)
+}
+
+/// Each edge of the schedule, wired by `launch`: `__links.edge_to::<T>(..)`.
+fn wire_edges(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
+    let rt = rt::local();
+    sched
+        .edges
+        .iter()
+        .enumerate()
+        .map(|(e, edge)| {
+            let from_group = &g.groups[edge.from.group()].name;
+            let ty = edge_type(g, e);
+            let value = &g.values[edge.value].label;
+            let from = g.groups[edge.from.group()].name.to_string();
+            let to = &g.groups[edge.to.group()].name;
+            let to_name = to.to_string();
+            let producers = size_var(from_group);
+            let route = match edge.route {
+                Route::Zip => quote!(#rt::Route::Zip),
+                Route::Fan { from, skip_from } => {
+                    quote!(#rt::Route::Fan { from: #from, skip_from: #skip_from })
+                }
+                Route::One { from, to } => quote!(#rt::Route::One { from: #from, to: #to }),
+                Route::Gather { to, keep } => quote!(#rt::Route::Gather { to: #to, keep: #keep }),
+                Route::GatherAll => {
+                    quote!(#rt::Route::GatherAll { producers: #producers })
+                }
+                Route::Scatter { from, keep } => {
+                    quote!(#rt::Route::Scatter { from: #from, keep: #keep })
+                }
+            };
+            // A gather has a slot per producer; every other edge one per consumer. Ranks
+            // are global: the sizes are every process's actors together.
+            let slots = size_var(match edge.route {
+                Route::Gather { .. } => from_group,
+                _ => to,
+            });
+            // Whether the value's type can travel to another process, asked without
+            // requiring it (`travel::Probe`); `edge_to` refuses an edge that must and
+            // cannot.
+            let codec = quote!((&&&#rt::Probe::<#ty>::NEW).codec());
+            quote!(__links.edge_to::<#ty>(#value, #from, #to_name, #route, #slots, #codec)?)
+        })
+        .collect()
+}
+
+/// The start of `launch`: it asks the backend for each group's size (the sizes of a graph
+/// spanning processes are the sum of theirs), which every check then uses.
+fn join_sizes(g: &Graph, sched: &Schedule, name: &Ident) -> TokenStream {
+    let rt = rt::local();
+    let size_vars = g.groups.iter().map(|d| size_var(&d.name));
+    let local_sizes = g.groups.iter().map(|d| {
+        let (n, s) = (&d.name, d.name.to_string());
+        quote!((#s, #n.len()))
+    });
+    let edge_values = sched.edges.iter().map(|e| &g.values[e.value].label);
+    let group_count = g.groups.len();
+    let graph_name = name.to_string();
+    quote! {
+        let [#(#size_vars),*] = #rt::join::<_, #group_count>(&backend, &#rt::GraphInfo {
+            name: #graph_name,
+            fingerprint: Self::FINGERPRINT,
+            groups: &[#(#local_sizes),*],
+            edges: &[#(#edge_values),*],
+        })?;
+    }
+}
+
+/// `teardown`'s and `teardown_each`'s return types and bodies. They hand the actors back to
+/// this thread, so only there must the actors be `Send`.
+fn teardown_bodies(g: &Graph) -> (TokenStream, TokenStream, TokenStream, TokenStream) {
+    let rt = rt::local();
+    let actor_vecs: Vec<TokenStream> = g
+        .groups
+        .iter()
+        .map(|d| {
+            let a = &d.actor;
+            quote!(#rt::Vec<#a>)
+        })
+        .collect();
+    let torn: Vec<Ident> = g
+        .groups
+        .iter()
+        .map(|d| format_ident!("__torn_{}", d.name))
+        .collect();
+    let each_vecs: Vec<TokenStream> = g
+        .groups
+        .iter()
+        .map(|d| {
+            let a = &d.actor;
+            quote!(#rt::Vec<#rt::Result<#a, #rt::Error>>)
+        })
+        .collect();
+    // The driver's list of groups' actors as the graph returns them: one group's alone,
+    // several groups' as a tuple.
+    let torn_list = list(torn.iter().map(|t| quote!(#t)));
+    if g.groups.len() == 1 {
+        let (t, e) = (&actor_vecs[0], &each_vecs[0]);
+        (
+            quote!(#t),
+            quote!(#e),
+            quote!(#rt::Result::Ok(self.__driver.0.teardown()?.0)),
+            quote!(self.__driver.0.teardown_each().0),
+        )
+    } else {
+        (
+            quote!((#(#actor_vecs),*)),
+            quote!((#(#each_vecs),*)),
+            quote! {
+                let #torn_list = self.__driver.0.teardown()?;
+                #rt::Result::Ok((#(#torn),*))
+            },
+            quote! {
+                let #torn_list = self.__driver.0.teardown_each();
+                (#(#torn),*)
+            },
+        )
     }
 }
 

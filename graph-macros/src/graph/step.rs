@@ -292,45 +292,9 @@ impl Gen<'_> {
                 ..
             } => {
                 self.calls_after_stages = true;
-                // A single-actor value is taken out of its `Option` first, so that a type
-                // error on it reads as a plain mismatch at the user's argument.
-                let mut held = Vec::new();
-                let args: Vec<TokenStream> = args
-                    .iter()
-                    .zip(arg_spans)
-                    .enumerate()
-                    .map(|(n, (&a, &s))| match self.arg_local(a, op.place) {
-                        None => {
-                            let id = at_user(&g.values[a].ident, s);
-                            quote!(#id)
-                        }
-                        Some(l) if self.is_single(l) => {
-                            let id = self.borrow(l);
-                            let tmp = format_ident!("__arg{}", n);
-                            held.push(quote!(let #tmp = __ctx.held(&#id)?;));
-                            let tmp = at_user(&tmp, s);
-                            quote!(#tmp)
-                        }
-                        Some(l) => {
-                            let id = at_user(&self.borrow(l), s);
-                            quote_spanned!(s=> &#id)
-                        }
-                    })
-                    .collect();
+                let (held, call) =
+                    self.method_call(op.place, *call, method, (args, arg_spans), *parens);
                 let out = outs[0];
-                // A wrong argument count or type points at the user's `method(..)`.
-                let args = quote_spanned!(*parens=> (#(#args,)*));
-                let ctx = Ident::new("__ctx", Span::call_site().located_at(method.span()));
-                // The actor type is inferred from `__actor`: an unmet bound of the call (a
-                // by-value parameter that is not `Clone`) is then reported at the user's
-                // method, and an unknown actor type only where it is written.
-                let m = method_of(*call, method.span());
-                let call = quote_spanned!(method.span()=> call::<_, #m>);
-                // `__actor` as the graph's own name (a graph written by a `macro_rules!`
-                // macro has the user's tokens in another hygiene context).
-                let actor = Ident::new("__actor", Span::call_site().located_at(*parens));
-                let call_args = quote_spanned!(*parens=> (#actor, #args));
-                let call = quote!(#ctx.#call #call_args?);
                 match on_rank {
                     None => quote!(let #out = #call;),
                     Some(k) => quote! {
@@ -421,34 +385,94 @@ impl Gen<'_> {
                 let out = outs[0];
                 quote!(let #out = #landed;)
             }
-            OpKind::Fields { src, check } => {
-                let src = self.own(Local::Value(*src), Span::call_site());
-                // A checked value is named by its checked type, which is an error (and
-                // silent) when the check failed.
-                let src = match check {
-                    Some(k) => {
-                        let ty = checked_type(*k);
-                        let ty = match on_rank {
-                            None => ty,
-                            Some(_) => quote!(#rt::Option<#ty>),
-                        };
-                        quote!(#rt::checked::<#ty>(#src))
-                    }
-                    None => src,
+            OpKind::Fields { src, check } => self.fields(*src, *check, &outs, on_rank),
+        }
+    }
+
+    /// A method call of an op at `place`: the statements that take its single-actor
+    /// arguments out of their `Option`s, and the call.
+    fn method_call(
+        &mut self,
+        place: Place,
+        call: usize,
+        method: &Ident,
+        (args, arg_spans): (&[ValueId], &[Span]),
+        parens: Span,
+    ) -> (Vec<TokenStream>, TokenStream) {
+        let g = self.g;
+        // A single-actor value is taken out of its `Option` first, so that a type
+        // error on it reads as a plain mismatch at the user's argument.
+        let mut held = Vec::new();
+        let args: Vec<TokenStream> = args
+            .iter()
+            .zip(arg_spans)
+            .enumerate()
+            .map(|(n, (&a, &s))| match self.arg_local(a, place) {
+                None => {
+                    let id = at_user(&g.values[a].ident, s);
+                    quote!(#id)
+                }
+                Some(l) if self.is_single(l) => {
+                    let id = self.borrow(l);
+                    let tmp = format_ident!("__arg{}", n);
+                    held.push(quote!(let #tmp = __ctx.held(&#id)?;));
+                    let tmp = at_user(&tmp, s);
+                    quote!(#tmp)
+                }
+                Some(l) => {
+                    let id = at_user(&self.borrow(l), s);
+                    quote_spanned!(s=> &#id)
+                }
+            })
+            .collect();
+        // A wrong argument count or type points at the user's `method(..)`.
+        let args = quote_spanned!(parens=> (#(#args,)*));
+        let ctx = Ident::new("__ctx", Span::call_site().located_at(method.span()));
+        // The actor type is inferred from `__actor`: an unmet bound of the call (a
+        // by-value parameter that is not `Clone`) is then reported at the user's
+        // method, and an unknown actor type only where it is written.
+        let m = method_of(call, method.span());
+        let call = quote_spanned!(method.span()=> call::<_, #m>);
+        // `__actor` as the graph's own name (a graph written by a `macro_rules!`
+        // macro has the user's tokens in another hygiene context).
+        let actor = Ident::new("__actor", Span::call_site().located_at(parens));
+        let call_args = quote_spanned!(parens=> (#actor, #args));
+        (held, quote!(#ctx.#call #call_args?))
+    }
+
+    /// `outs = src.fields` (of a tuple value, or of a single actor's `Option` of one).
+    fn fields(
+        &mut self,
+        src: ValueId,
+        check: Option<usize>,
+        outs: &[&Ident],
+        on_rank: Option<usize>,
+    ) -> TokenStream {
+        let rt = rt::local();
+        let src = self.own(Local::Value(src), Span::call_site());
+        // A checked value is named by its checked type, which is an error (and
+        // silent) when the check failed.
+        let src = match check {
+            Some(k) => {
+                let ty = checked_type(k);
+                let ty = match on_rank {
+                    None => ty,
+                    Some(_) => quote!(#rt::Option<#ty>),
                 };
-                match on_rank {
-                    None => quote!(let (#(#outs,)*) = #src;),
-                    Some(_) => {
-                        let tmp: Vec<Ident> =
-                            (0..outs.len()).map(|i| format_ident!("__f{}", i)).collect();
-                        let nones = outs.iter().map(|_| quote!(#rt::Option::None));
-                        quote! {
-                            let (#(#outs,)*) = match #src {
-                                #rt::Option::Some((#(#tmp,)*)) => (#(#rt::Option::Some(#tmp),)*),
-                                #rt::Option::None => (#(#nones,)*),
-                            };
-                        }
-                    }
+                quote!(#rt::checked::<#ty>(#src))
+            }
+            None => src,
+        };
+        match on_rank {
+            None => quote!(let (#(#outs,)*) = #src;),
+            Some(_) => {
+                let tmp: Vec<Ident> = (0..outs.len()).map(|i| format_ident!("__f{}", i)).collect();
+                let nones = outs.iter().map(|_| quote!(#rt::Option::None));
+                quote! {
+                    let (#(#outs,)*) = match #src {
+                        #rt::Option::Some((#(#tmp,)*)) => (#(#rt::Option::Some(#tmp),)*),
+                        #rt::Option::None => (#(#nones,)*),
+                    };
                 }
             }
         }

@@ -8,13 +8,66 @@ use super::{Lowered, Lowerer};
 use crate::diag::tidy;
 use proc_macro2::TokenStream;
 
-use crate::graph::ir::{CheckKind, OpKind, Place};
+use crate::graph::ir::{CheckKind, OpKind, Place, ValueId};
 use crate::graph::ops::{self, CollectiveSpec, Kind, OpName, Param, Root, REDUCE_OPS};
 use crate::graph::parse::int_literal;
 use crate::graph::types::{checked_type, gathered, output_type};
 
 impl Lowerer<'_> {
     pub(super) fn collective(&mut self, c: &syn::ExprCall) -> Option<Lowered> {
+        let (fname, spec) = self.collective_spec(c)?;
+        let mut args = c.args.iter();
+        let Some(first) = args.next() else {
+            self.diag.error_at(
+                c,
+                format!(
+                    "`{fname}` takes a value or a list of values: {}",
+                    spec.usage
+                ),
+            );
+            return None;
+        };
+        let (op, root, params_ok) = self.collective_params(spec, c, args);
+        let (exprs, nested) = self.collective_values(fname, spec, first)?;
+        let (ins, group) = self.collective_group(fname, &exprs);
+        let group = group.filter(|_| params_ok)?;
+        self.check_root(root.as_ref(), group)?;
+        let stage = self.groups[group].stages.len();
+        let mut shown: Vec<String> = exprs.iter().map(tidy).collect();
+        if nested {
+            shown = vec![format!("[{}]", shown.join(", "))];
+        }
+        shown.extend(op.iter().map(|o| o.name.to_string()));
+        shown.extend(root.iter().map(|r| r.rank.to_string()));
+        let name = format!("{fname}({})", shown.join(", "));
+        if let Some(root) = &root {
+            self.groups[group].roots.push((name.clone(), root.rank));
+        }
+        self.groups[group].stages.push(name.clone());
+        let (checks, outs) = self.collective_outputs(spec, &ins, &exprs, &name, nested);
+        let kind = OpKind::Collective {
+            spec,
+            op,
+            root,
+            args: ins,
+            arg_spans: exprs.iter().map(|e| e.span()).collect(),
+            checks,
+            stage,
+            span: c.span(),
+        };
+        let outs = self.push_op(Place::Group(group), kind, outs);
+        Some(if nested {
+            Lowered::Parts(outs)
+        } else {
+            Lowered::One(outs[0])
+        })
+    }
+
+    /// The collective a call names, and the name as written.
+    fn collective_spec<'c>(
+        &mut self,
+        c: &'c syn::ExprCall,
+    ) -> Option<(&'c syn::Ident, &'static CollectiveSpec)> {
         let syn::Expr::Path(func) = &*c.func else {
             self.diag
                 .error_at(&c.func, format!("expected a collective: {}", ops::names()));
@@ -35,19 +88,18 @@ impl Lowerer<'_> {
             );
             return None;
         };
-        let mut args = c.args.iter();
-        let Some(first) = args.next() else {
-            self.diag.error_at(
-                c,
-                format!(
-                    "`{fname}` takes a value or a list of values: {}",
-                    spec.usage
-                ),
-            );
-            return None;
-        };
-        let (op, root, params_ok) = self.collective_params(spec, c, args);
-        let (exprs, nested): (Vec<&syn::Expr>, bool) = match first {
+        Some((fname, spec))
+    }
+
+    /// The value expressions of the first argument, and whether it is a list: `None` (and
+    /// an error) for an empty list.
+    fn collective_values<'e>(
+        &mut self,
+        fname: &syn::Ident,
+        spec: &CollectiveSpec,
+        first: &'e syn::Expr,
+    ) -> Option<(Vec<&'e syn::Expr>, bool)> {
+        match first {
             syn::Expr::Array(a) => {
                 if a.elems.is_empty() {
                     self.diag.error_at(
@@ -59,14 +111,23 @@ impl Lowerer<'_> {
                     );
                     return None;
                 }
-                (a.elems.iter().collect(), true)
+                Some((a.elems.iter().collect(), true))
             }
-            e => (vec![e], false),
-        };
+            e => Some((vec![e], false)),
+        }
+    }
+
+    /// The values of `exprs`, and the group they all belong to: `None` (after every error
+    /// is reported) if one is not a per-actor value of a group, or they mix groups.
+    fn collective_group(
+        &mut self,
+        fname: &syn::Ident,
+        exprs: &[&syn::Expr],
+    ) -> (Vec<ValueId>, Option<usize>) {
         let mut ins = Vec::new();
         let mut group: Option<(usize, &syn::Expr)> = None;
         let mut ok = true;
-        for e in &exprs {
+        for e in exprs {
             if let syn::Expr::Array(inner) = e {
                 self.diag
                     .error_at(inner, "lists in a collective do not nest: `[a, b, c]`");
@@ -115,8 +176,12 @@ impl Lowerer<'_> {
             }
             ins.push(v);
         }
-        let (group, _) = group.filter(|_| ok && params_ok)?;
-        if let (Some(root), Some((_, Some(size)))) = (&root, &self.groups[group].size) {
+        (ins, group.filter(|_| ok).map(|(g, _)| g))
+    }
+
+    /// `None` (and an error) if `root` is past the end of a group of known size.
+    fn check_root(&mut self, root: Option<&Root>, group: usize) -> Option<()> {
+        if let (Some(root), Some((_, Some(size)))) = (root, &self.groups[group].size) {
             if root.rank >= *size {
                 self.diag.error(
                     root.span,
@@ -128,32 +193,32 @@ impl Lowerer<'_> {
                 return None;
             }
         }
-        let stage = self.groups[group].stages.len();
-        let mut shown: Vec<String> = exprs.iter().map(tidy).collect();
-        if nested {
-            shown = vec![format!("[{}]", shown.join(", "))];
-        }
-        shown.extend(op.iter().map(|o| o.name.to_string()));
-        shown.extend(root.iter().map(|r| r.rank.to_string()));
-        let name = format!("{fname}({})", shown.join(", "));
-        if let Some(root) = &root {
-            self.groups[group].roots.push((name.clone(), root.rank));
-        }
-        self.groups[group].stages.push(name.clone());
+        Some(())
+    }
+
+    /// The type checks of an `allgather`'s values, and each output's label and type.
+    fn collective_outputs(
+        &mut self,
+        spec: &CollectiveSpec,
+        ins: &[ValueId],
+        exprs: &[&syn::Expr],
+        name: &str,
+        nested: bool,
+    ) -> (Vec<usize>, Vec<(String, TokenStream)>) {
         // An `allgather` value's type is checked once, in a constant: its output type
         // (`<T as Gather>::Gathered`) goes through that check, so a type that cannot be
         // gathered gets one error, at the user's argument, and nothing derived from it does.
         let checks: Vec<usize> = match spec.kind {
             Kind::Gather => ins
                 .iter()
-                .zip(&exprs)
+                .zip(exprs)
                 .map(|(&v, e)| self.check(self.values[v].ty.clone(), e.span(), CheckKind::Gather))
                 .collect(),
             _ => Vec::new(),
         };
-        let outs: Vec<(String, TokenStream)> = ins
+        let outs = ins
             .iter()
-            .zip(&exprs)
+            .zip(exprs)
             .enumerate()
             .map(|(i, (&v, e))| {
                 let ty = match checks.get(i) {
@@ -163,27 +228,12 @@ impl Lowerer<'_> {
                 let label = if nested {
                     format!("{name}.{i}")
                 } else {
-                    name.clone()
+                    name.to_string()
                 };
                 (label, ty)
             })
             .collect();
-        let kind = OpKind::Collective {
-            spec,
-            op,
-            root,
-            args: ins,
-            arg_spans: exprs.iter().map(|e| e.span()).collect(),
-            checks,
-            stage,
-            span: c.span(),
-        };
-        let outs = self.push_op(Place::Group(group), kind, outs);
-        Some(if nested {
-            Lowered::Parts(outs)
-        } else {
-            Lowered::One(outs[0])
-        })
+        (checks, outs)
     }
 
     /// The arguments after the values: a reduce op and/or a root, as the collective takes
