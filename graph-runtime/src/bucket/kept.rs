@@ -8,8 +8,9 @@ use std::ops::Deref;
 /// A stage's layout is rebuilt at every execution, and is almost always the same as the
 /// last one. The peers read it (the agreement), so its lines are shared with their cores:
 /// a write, even of the same value, takes the line back from them, and the stores that
-/// wait for it filled the store buffer. Writing the same slots again was 13 % of a
-/// 64-value stage's samples (BENCHMARKS.md, issue 16, 2026-12-03, fifth session).
+/// wait for it fill the store buffer: in a stage of many small values, writing the same
+/// slots again is a visible part of the stage (the `64x256 f32, 2 actors/one fused stage`
+/// row of `BENCHMARKS.md`).
 #[derive(Debug)]
 pub(super) struct Kept<T> {
     all: Vec<T>,

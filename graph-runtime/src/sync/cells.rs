@@ -5,9 +5,15 @@
 //! an input before the `go` advance that starts its step, and takes an output after the
 //! `done` advance that ends it. The first cell sits inline, on the cache line of the epoch
 //! next to it, so that with one execution in flight (the default) a value crosses between
-//! cores with that epoch's line and no other. A `Mutex<VecDeque>` each way cost ~0.6 µs
-//! more per round trip between two cores here (the lock and unlock are read-modify-writes
-//! of a line both sides write, and the buffer is one more line): see BENCHMARKS.md.
+//! cores with that epoch's line and no other (the handoff round trip with the value in
+//! the counter's line, `BENCHMARKS.md#floors`). A `Mutex<VecDeque>` each way would add to
+//! every round trip: the lock and unlock are read-modify-writes of a line both sides
+//! write, and the buffer is one more line.
+//!
+//! Correct: `put`, `fill` and `take` are unsafe, and their callers order each against
+//! every other access to the same cell through the handoff's epochs (an advance is a
+//! release, the wait that sees it an acquire), so no two accesses to a cell overlap; the
+//! loom models (`loom_tests.rs`) check those orders.
 
 use super::prims::UnsafeCell;
 

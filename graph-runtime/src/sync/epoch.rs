@@ -8,20 +8,23 @@ use super::prims::AtomicUsize;
 use super::prims::{spin_loop, yield_now, AtomicU64, Condvar, Mutex};
 
 /// How a waiter waits before it parks: it spins only while every awake actor thread and
-/// the driver can have a core of its own (a spin round trip is ~0.2 µs), and otherwise
-/// yields at once, so that the thread it waits for gets the core; then it yields a while,
-/// then parks (a futex wake costs ~70 µs, so parking is the last resort, but an idle graph
-/// must not burn cores). Measured on 2 cores: spinning first made a 2-actor execute 30x
-/// slower when the actors and the driver outnumbered the cores (see BENCHMARKS.md). An
-/// actor thread that is parked needs no core: the first actor's, when the driver runs its
-/// steps (`exec::help`), so that two actors on two cores spin.
+/// the driver can have a core of its own (then a spin ends one cache-line transfer after
+/// the other side's write: the handoff round trip of `BENCHMARKS.md#floors`), and
+/// otherwise yields at once, so that the thread it waits for gets the core; then it yields
+/// a while, then parks (a wake-up takes a system call on each side, far more than a spin,
+/// so parking is the last resort, but an idle graph must not burn cores). Spinning while
+/// the threads outnumber the cores takes the core from the thread waited for, for the
+/// whole spin, at every handoff (the `echo/8 actors` row of `BENCHMARKS.md` runs more
+/// threads than cores). An actor thread that is parked needs no core: the first
+/// actor's, when the driver runs its steps (`exec::help`), so that two actors on two cores
+/// spin.
 #[cfg(not(loom))]
 mod budget {
     use std::cell::Cell;
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     use std::sync::OnceLock;
 
-    // Under Miri every spin is interpreted, slowly: park soon. A spin is ~8 ns here.
+    // Under Miri every spin is interpreted, slowly: park soon.
     const SPINS: u32 = if cfg!(miri) { 0 } else { 256 };
     const MAX_SPINS: u32 = if cfg!(miri) { 0 } else { 1024 };
     const MIN_SPINS: u32 = if cfg!(miri) { 0 } else { 128 };
@@ -41,11 +44,11 @@ mod budget {
     /// after a wait that ended while spinning, and halves after one that did not. When
     /// the machine is busy (other processes, or more threads than cores), the thread
     /// waited for is often not running and spinning only takes its core: the limit then
-    /// falls to its floor within a few waits, and waits yield after ~1 µs; on a quiet
-    /// machine it stays near the top, where a wait costs a cache-line round trip. The floor
-    /// is above a handoff's usual wait (well under 1 µs here), so that a limit lowered by
-    /// a few long waits (an idle spell, a launch) grows back: with a floor below the usual
-    /// wait, every wait would fail and the limit would never grow again.
+    /// falls to its floor within a few waits, and waits soon yield; on a quiet machine it
+    /// stays near the top, where a wait costs a cache-line round trip. The floor is above a
+    /// handoff's usual wait (a few round trips of `BENCHMARKS.md#floors`), so that a limit
+    /// lowered by a few long waits (an idle spell, a launch) grows back: with a floor below
+    /// the usual wait, every wait would fail and the limit would never grow again.
     pub(super) fn spun(ended_spinning: bool) {
         SPIN_LIMIT.with(|l| {
             let limit = l.get();
@@ -152,8 +155,8 @@ mod budget {
 
 pub(crate) use budget::{actor_ended, actor_started, crowded};
 
-/// How many times [`briefly`] yields at most: a yield costs ~0.15 µs when no other
-/// thread wants the core, and hands it over when one does.
+/// How many times [`briefly`] yields at most: a yield is a cheap system call when no
+/// other thread wants the core, and hands it over when one does.
 const BRIEF_YIELDS: u32 = if cfg!(any(miri, loom)) { 0 } else { 32 };
 
 /// How long [`briefly`] yields at most, however long each yield takes (on a busy machine
@@ -163,9 +166,9 @@ const BRIEF: std::time::Duration = std::time::Duration::from_micros(20);
 /// Waits a little for `ready`, without parking: yields at most [`BRIEF_YIELDS`] times
 /// and for at most [`BRIEF`]. Whether `ready` became true. For a caller that must not
 /// block (an async poll about to return `Pending`): a step of a small graph ends within
-/// that time, and finding it done here saves the executor a park and a wake-up, which
-/// cost ~70 µs here. It yields rather than spins: the executor's thread is not counted
-/// among the actors', so a spin could hold the core the actor it waits for needs.
+/// that time, and finding it done here saves the executor a park and a wake-up, each a
+/// trip through the scheduler. It yields rather than spins: the executor's thread is not
+/// counted among the actors', so a spin could hold the core the actor it waits for needs.
 pub(crate) fn briefly(mut ready: impl FnMut() -> bool) -> bool {
     if BRIEF_YIELDS == 0 {
         return ready();
@@ -206,10 +209,11 @@ pub(crate) struct Epoch {
     /// The CPU its last [`advance`](Epoch::advance) ran on ([`NO_CPU`] if none yet): where
     /// the thread that advances it (the driver's `go`, an actor's `done`, an edge's sides)
     /// most likely runs. A waiter on that same CPU does not spin: the thread it waits for
-    /// cannot run until it gives the CPU up, and each spin would only delay it (the "slow
-    /// mode" of BENCHMARKS.md: after a wake-up placed an actor next to the driver, every
-    /// handoff spun its full limit before it yielded). A hint only, hence a plain `std`
-    /// atomic even under loom, and relaxed.
+    /// cannot run until it gives the CPU up, and each spin would only delay it: after a
+    /// wake-up placed an actor on the driver's CPU, every handoff would spin its full limit
+    /// before it yielded (the one-sided slow mode of `BENCHMARKS.md`, which
+    /// `scripts/one-cpu.sh` forces). A hint only, hence a plain `std` atomic even under
+    /// loom, and relaxed.
     cpu: std::sync::atomic::AtomicU32,
     lock: Mutex<()>,
     cv: Condvar,
@@ -443,8 +447,8 @@ fn wait_timeout<'a>(
 /// and a party passes once every peer's count has reached its own. A party's arrival is
 /// one read-modify-write of a line only it writes, and a waiter reads it once it has
 /// changed: between two cores, one cache-line transfer each way. A shared counter takes a
-/// read-modify-write of the same line by every party, then a second line for the opening
-/// (issue 16: a 2-rank eager allreduce of 4 B spent most of its time there).
+/// read-modify-write of the same line by every party, then a second line for the opening:
+/// for a small stage, whose barriers are most of its time, twice the transfers.
 pub(crate) struct Barrier<T = ()> {
     slots: Box<[Slot<T>]>,
 }
@@ -557,8 +561,8 @@ mod tests {
     #[test]
     fn barrier_separates_rounds() {
         const N: usize = 4;
-        // Under Miri a round costs about 20 ms: a few rounds check the memory accesses, and
-        // the loom model of the barrier checks its interleavings.
+        // Under Miri every round is slow (each spin interpreted): a few rounds check the
+        // memory accesses, and the loom model of the barrier checks its interleavings.
         const ROUNDS: usize = if cfg!(miri) { 100 } else { 2_000 };
         let barrier = Arc::new(Barrier::<()>::new(N));
         let counter = Arc::new(StdAtomicUsize::new(0));

@@ -1,9 +1,22 @@
 //! Spin-then-park synchronization: the driver <-> actor handoff, the collective barrier and
 //! the slots of cross-actor edges.
 //!
-//! A spin round trip between two cores costs about 0.2 µs here and a futex wake about
-//! 70 µs, so waiters spin briefly before they park; under oversubscription they yield and
-//! then park instead of burning a core another actor needs.
+//! Fast: when the waiter and the thread it waits for each have a core, a spinning waiter
+//! sees the other side's write one cache-line transfer after it is made (the handoff round
+//! trip of `BENCHMARKS.md#floors`), while waking a parked thread takes a system call on
+//! each side, orders of magnitude more. So waiters spin briefly before they park; when the
+//! threads outnumber the cores, the thread waited for may have no core, so they yield at
+//! once and then park instead of burning the core it needs (`epoch.rs`, `budget`).
+//!
+//! Correct: every wait is for a counter that only moves forward ([`Epoch`], a
+//! [`Barrier`]'s arrivals) to pass the value the waiter saw, so a waiter that comes late
+//! finds it passed rather than missing a wake-up; a parking waiter and the advance meet in
+//! read-modify-writes of one word, so no wake is lost (see [`Epoch`]); an abort moves every
+//! wait to an error instead of leaving it to hang. [`Cells`] hold the handoff's values,
+//! each accessed only on the side whose turn the epochs say it is; the loom models
+//! (`loom_tests.rs`) check these interleavings.
+//!
+//! `epoch.rs` holds the waits and `cells.rs` the values; neither imports the other.
 
 mod cells;
 mod epoch;
