@@ -1,7 +1,7 @@
 //! The leaders' first round of a stage through memory their processes share.
 //!
 //! When every process runs on one machine, each group's leaders exchange their records
-//! and small data (see `comm`, `Node::agree`) through a segment of POSIX shared memory
+//! and small data (see `comm::agree`) through a segment of POSIX shared memory
 //! made at launch, not through MPI messages: each leader writes its message into its own
 //! mailbox and counts the round in it; the others read the message where it lies. MPI's
 //! shared-memory transport copies a message twice or through the kernel (CMA), and matches
@@ -28,10 +28,9 @@ const LINE: usize = 64;
 
 /// Mailboxes per process, used in turn: 16 of 64 KiB rotate over 1 MiB, as much as a
 /// core's L2 cache holds (512 KiB to 2 MiB on current x86). The lines of a mailbox
-/// written again have then mostly left the L2 of the cores that read it: with two, each
-/// store into a line another core still held waited for that copy to be invalidated, and
-/// the copy of a 64 KiB message into the mailbox took 7-8 µs of a 13-14 µs stage, against
-/// 3-4 µs of 9-10 µs with 16 (BENCHMARKS.md, issue 14, 2026-12-03).
+/// written again have then mostly left the L2 of the cores that read it, so a store into
+/// one seldom waits for another core's copy of its line to be invalidated, as most would
+/// with two mailboxes. See `BENCHMARKS.md#thresholds`.
 const BOXES: usize = 16;
 
 // A mailbox may be written again only after the round that read it: at least two.

@@ -320,8 +320,8 @@ fn intern(name: &str) -> &'static str {
 
 /// A process's summary of its ranks' headers, the same in every process: word by word, a
 /// multiply and a shift that each map a state to one state only, so two headers that
-/// differ in one word never share a digest. (FNV-1a byte by byte cost 4 µs a stage for a
-/// header of 64 slots: one multiply waiting on the last, per byte.)
+/// differ in one word never share a digest. (FNV-1a byte by byte would chain eight times
+/// as many multiplies, each waiting on the last.)
 pub(crate) fn digest(words: &[u64]) -> u64 {
     words.iter().fold(0xcbf2_9ce4_8422_2325, |h: u64, &w| {
         let h = (h ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
