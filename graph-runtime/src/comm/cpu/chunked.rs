@@ -182,6 +182,7 @@ pub(super) unsafe fn reduce_range<E: Element>(
 /// Every rank posted a live region of `d` (= `E`) of the agreed length and live
 /// inputs for the agreed slots; no one else reads or writes chunk `rank` of any
 /// region, or the elements of any input that fall into it, in this phase.
+#[inline]
 unsafe fn reduce_own_chunk<E: Element>(
     round: &Round<'_>,
     header: &Header<'_>,

@@ -78,14 +78,14 @@ use std::sync::Arc;
 
 use self::peer::Round;
 use self::plan::{plan, Caps, Facts, Plan};
-use self::post::{open_round, own_bufs, Post};
+use self::post::{open_round, own_bufs, Buf, Post};
 use self::shared::Mailbox;
 use crate::comm::{
     AbortHandle, Backend, Call, Collective, Communicator, Disagreement, Header, RegionMut,
     SharedBuffers, StageError, Status,
 };
 use crate::sync::Barrier;
-use crate::Error;
+use crate::{DType, Error};
 
 /// The shared-memory CPU backend, the default: no set-up, ranks are the actor threads.
 ///
@@ -235,7 +235,8 @@ impl Communicator for CpuComm {
         outputs: &mut [RegionMut<'_>],
     ) -> Result<(), StageError> {
         self.check_unbroken()?;
-        let bufs = own_bufs(regions, outputs);
+        let mut bufs = [Buf::EMPTY; DType::COUNT];
+        own_bufs(&mut bufs, regions, outputs);
         // Planned from our own header, before we post: an eager plan decides what goes
         // into the post. Whether the stage runs eagerly is decided after the barrier,
         // from every post alike: only if every rank posted its copy.

@@ -113,7 +113,7 @@ pub(super) struct Buf {
 }
 
 impl Buf {
-    const EMPTY: Buf = Buf {
+    pub(super) const EMPTY: Buf = Buf {
         ptr: std::ptr::null_mut(),
         len: 0,
         out: std::ptr::null_mut(),
@@ -126,13 +126,14 @@ const DUPLICATE: usize = usize::MAX;
 
 /// Each region's base pointer, taken once, before any peer can see it: every access to a
 /// region in this stage, ours and the peers', goes through it, and the caller's `&mut`
-/// slices are not touched again before the stage returns.
+/// slices are not touched again before the stage returns. `bufs` starts empty; it is
+/// filled in place rather than returned, which would copy the whole array at every stage.
 #[inline]
 pub(super) fn own_bufs(
+    bufs: &mut [Buf; DType::COUNT],
     regions: &mut [RegionMut<'_>],
     outputs: &mut [RegionMut<'_>],
-) -> [Buf; DType::COUNT] {
-    let mut bufs = [Buf::EMPTY; DType::COUNT];
+) {
     for region in regions.iter_mut() {
         let b = &mut bufs[region.dtype().index()];
         b.len = if b.ptr.is_null() {
@@ -151,7 +152,6 @@ pub(super) fn own_bufs(
         };
         b.out = out.as_mut_ptr();
     }
-    bufs
 }
 
 impl Default for Post {
