@@ -6,7 +6,7 @@
 # side by side; `.ci/run` calls this):
 #   - the unit tests of graph-runtime's tensor, bucket (the fused stage, and its property
 #     tests with PROPTEST_CASES cases), comm (the CPU communicator and its kernels),
-#     sync (the barrier), exec::edge and exec::pipeline, and element;
+#     sync (the barrier), exec::edge, exec::links and exec::pipeline, and element;
 #   - tests/it/soundness.rs (module `soundness` of the `it` test binary): the soundness
 #     regressions, and two 2-actor allreduces through `graph!`, below and above the size
 #     from which ranks share one result buffer.
@@ -41,7 +41,7 @@ run() {
     echo "== Miri, $1 borrows, strict provenance"
     export MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-env-forward=PROPTEST_CASES $flags"
     cargo +nightly miri test --target-dir target/miri -p graph-runtime --lib -- \
-        tensor:: bucket:: comm:: sync:: exec::edge:: exec::pipeline:: element::
+        tensor:: bucket:: comm:: sync:: exec::edge:: exec::links:: exec::pipeline:: element::
     cargo +nightly miri test --target-dir target/miri -p actorgraph --test it -- soundness::
     # The MPI leaders' mailboxes, with threads as the processes (needs MPI to build:
     # scripts/install-mpi.sh).

@@ -1,7 +1,7 @@
 //! The cells of the driver <-> actor handoff: an execution's input and its output, each in
 //! the cell of its execution's index (modulo the executions in flight), with no lock.
 //!
-//! Whose turn it is follows from the handoff's epochs (see `exec::Slot`): the driver puts
+//! Whose turn it is follows from the handoff's epochs (see `exec::handoff::Slot`): the driver puts
 //! an input before the `go` advance that starts its step, and takes an output after the
 //! `done` advance that ends it. The first cell sits inline, on the cache line of the epoch
 //! next to it, so that with one execution in flight (the default) a value crosses between

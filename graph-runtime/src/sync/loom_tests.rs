@@ -40,7 +40,7 @@ fn loom_handoff_carries_data_both_ways() {
     });
 }
 
-/// The driver <-> actor handoff as `exec::Slot` runs it: execution `e`'s input and output
+/// The driver <-> actor handoff as `exec::handoff::Slot` runs it: execution `e`'s input and output
 /// in the cells of `e`, one cell each way (one execution in flight), two executions; the
 /// step finds its index in the `done` count. Loom checks every access to the cells
 /// against the epochs' ordering.
