@@ -2,7 +2,7 @@
 //! tensor, and the bandwidth of a large allreduce against a two-thread `c = a + b` over the
 //! same bytes, measured in the same binary.
 //!
-//! The graphs with 64 values are written out in full (generated once, see BENCHMARKS.md).
+//! The graphs with 64 values are written by one `macro_rules!` macro (`graph_of_64`).
 
 use std::time::Duration;
 
@@ -280,7 +280,7 @@ fn fusion_of(c: &mut Criterion, len: usize) {
     group.finish();
 }
 
-/// 64 values of 4 KiB (the rows kept since issue 14), and of 1 KiB: issue 16's "64 x 1 KiB".
+/// 64 values of 4 KiB, and of 1 KiB.
 fn fusion(c: &mut Criterion) {
     fusion_of(c, 1024);
     fusion_of(c, 256);
@@ -391,7 +391,7 @@ fn vs_mpi(c: &mut Criterion) {
 /// `wait` for the oldest): the time per execution in a steady pipeline. An actor then has
 /// its next `go` before it finishes a step, as an MPI rank in a loop of allreduces has its
 /// next call, so with more ranks than cores a thread may run the end of one stage and the
-/// start of the next in one turn on its core (BENCHMARKS.md, issue 16).
+/// start of the next in one turn on its core (see BENCHMARKS.md).
 fn vs_mpi_pipelined(c: &mut Criterion) {
     use std::collections::VecDeque;
     const DEPTH: usize = 4;
@@ -427,19 +427,21 @@ fn vs_mpi_pipelined(c: &mut Criterion) {
 }
 
 /// The CPU communicator alone, without a graph: `n` threads, each with its rank's endpoint,
-/// run allreduces of one 4-byte value back to back (one barrier each: an eager stage), as
-/// MPI ranks run `MPI_Allreduce`. The time is rank 0's, per stage.
+/// run allreduces of one value of 4 B or 1 KiB back to back, as MPI ranks run
+/// `MPI_Allreduce` (`scripts/vs-mpi.sh` runs the same sizes). The time is rank 0's, per
+/// stage.
 fn stage_alone(c: &mut Criterion) {
     use actorgraph::comm::{Collective, Header, SlotData, SlotDesc, Status};
     use actorgraph::{Backend, Communicator, DType, Element};
     use std::time::Instant;
 
-    /// Runs `iters` allreduces of one f32 on `comm`.
-    fn run(comm: &mut actorgraph::comm::CpuComm, iters: u64) {
-        let mut data = [comm.rank() as f32];
-        let slots = [SlotDesc::flat(DType::F32, 1)];
+    /// Runs `iters` allreduces of one value of `len` f32 on `comm`.
+    fn run(comm: &mut actorgraph::comm::CpuComm, iters: u64, len: usize) {
+        let mut data = vec![comm.rank() as f32; len];
+        let mut input = data.clone();
+        let slots = [SlotDesc::flat(DType::F32, len)];
         for _ in 0..iters {
-            let input = data;
+            input.copy_from_slice(&data);
             let input_data = [SlotData::new(&input[..])];
             let header = Header {
                 status: Status::Ok,
@@ -459,23 +461,26 @@ fn stage_alone(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
     for n in [2usize, 4] {
-        group.bench_function(BenchmarkId::new(format!("{n} ranks"), 4), |b| {
-            b.iter_custom(|iters| {
-                let mut comms = Cpu.communicators(n).unwrap();
-                let mut first = comms.remove(0);
-                let peers: Vec<_> = comms
-                    .into_iter()
-                    .map(|mut comm| std::thread::spawn(move || run(&mut comm, iters)))
-                    .collect();
-                let start = Instant::now();
-                run(&mut first, iters);
-                let elapsed = start.elapsed();
-                for p in peers {
-                    p.join().unwrap();
-                }
-                elapsed
-            })
-        });
+        for bytes in [4usize, 1 << 10] {
+            let len = bytes / 4;
+            group.bench_function(BenchmarkId::new(format!("{n} ranks"), bytes), |b| {
+                b.iter_custom(|iters| {
+                    let mut comms = Cpu.communicators(n).unwrap();
+                    let mut first = comms.remove(0);
+                    let peers: Vec<_> = comms
+                        .into_iter()
+                        .map(|mut comm| std::thread::spawn(move || run(&mut comm, iters, len)))
+                        .collect();
+                    let start = Instant::now();
+                    run(&mut first, iters, len);
+                    let elapsed = start.elapsed();
+                    for p in peers {
+                        p.join().unwrap();
+                    }
+                    elapsed
+                })
+            });
+        }
     }
     group.finish();
 }
