@@ -243,7 +243,7 @@ impl Communicator for MpiComm {
     /// leader's regions only: the others view its buffers, which spares the leader a copy
     /// into the board and each other rank a copy out of it (see [`plan::shares_results`]).
     fn shares_results(&self, collective: Collective, header: &Header<'_>) -> bool {
-        plan::shares_results(collective, header.bytes(), self.node.board.ranks())
+        plan::shares_results(collective, self.node.board.ranks(), || header.bytes())
     }
 
     fn lends_results(&self) -> bool {

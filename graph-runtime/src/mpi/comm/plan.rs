@@ -222,13 +222,18 @@ pub(crate) fn in_place(bytes: usize) -> bool {
     bytes >= POST_IN_PLACE
 }
 
-/// Whether a stage of `bytes` on a process of `ranks` ranks leaves its results in the
+/// Whether a stage of `bytes()` on a process of `ranks` ranks leaves its results in the
 /// leader's regions only, the others viewing its buffers: a large `allreduce` ([`SMALL`])
 /// where there are others, which spares the leader a copy into the board and each other
-/// rank a copy out of it.
+/// rank a copy out of it. The bytes are counted only for an allreduce over several
+/// ranks: every stage asks, and most are neither.
 #[inline]
-pub(crate) fn shares_results(collective: Collective, bytes: usize, ranks: usize) -> bool {
-    matches!(collective, Collective::AllReduce(_)) && ranks > 1 && bytes > SMALL
+pub(crate) fn shares_results(
+    collective: Collective,
+    ranks: usize,
+    bytes: impl FnOnce() -> usize,
+) -> bool {
+    matches!(collective, Collective::AllReduce(_)) && ranks > 1 && bytes() > SMALL
 }
 
 /// The pieces a large broadcast sends a region of `bytes` in: about [`BROADCAST_PIECE`]
@@ -422,16 +427,16 @@ mod tests {
 
     #[test]
     fn a_large_allreduce_over_several_ranks_here_shares_its_results() {
-        assert!(!shares_results(SUM, SMALL, 2));
-        assert!(shares_results(SUM, SMALL + 1, 2));
-        assert!(!shares_results(SUM, SMALL + 1, 1));
+        assert!(!shares_results(SUM, 2, || SMALL));
+        assert!(shares_results(SUM, 2, || SMALL + 1));
+        assert!(!shares_results(SUM, 1, || SMALL + 1));
         for c in [
             Collective::AllGather,
             Collective::ReduceScatter(Sum),
             Collective::Reduce { op: Sum, root: 0 },
             Collective::Broadcast { root: 0 },
         ] {
-            assert!(!shares_results(c, SMALL + 1, 2), "{c:?}");
+            assert!(!shares_results(c, 2, || SMALL + 1), "{c:?}");
         }
     }
 
