@@ -241,7 +241,7 @@ impl Communicator for MpiComm {
 
     /// A large `allreduce` on a process of several ranks leaves the results in the
     /// leader's regions only: the others view its buffers, which spares the leader a copy
-    /// into the board and each other rank a copy out of it (see [`plan::shares_results`]).
+    /// into the board and each other rank a copy out of it (see `plan::shares_results`).
     fn shares_results(&self, collective: Collective, header: &Header<'_>) -> bool {
         plan::shares_results(collective, self.node.board.ranks(), || header.bytes())
     }
