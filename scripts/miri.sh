@@ -40,12 +40,12 @@ run() {
     esac
     echo "== Miri, $1 borrows, strict provenance"
     export MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-env-forward=PROPTEST_CASES $flags"
-    cargo +nightly miri test --target-dir target/miri -p graph-runtime --lib -- \
+    cargo +nightly miri test --target-dir target/miri -p actorgraph-runtime --lib -- \
         tensor:: bucket:: comm:: sync:: exec::edge:: exec::links:: exec::pipeline:: element::
     cargo +nightly miri test --target-dir target/miri -p actorgraph --test it -- soundness::
     # The MPI leaders' mailboxes, with threads as the processes (needs MPI to build:
     # scripts/install-mpi.sh).
-    cargo +nightly miri test --target-dir target/miri -p graph-runtime --features mpi --lib -- mpi::shm::
+    cargo +nightly miri test --target-dir target/miri -p actorgraph-runtime --features mpi --lib -- mpi::shm::
 }
 
 if [ $# -eq 1 ]; then

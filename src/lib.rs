@@ -72,25 +72,25 @@
 /// are made).
 ///
 // (rustdoc puts these lines before the macro's own docs, from `graph-macros`.)
-pub use graph_macros::actor;
+pub use actorgraph_macros::actor;
 
 /// Reference: [`reference::grammar`] (the language), [`reference::generated`] (the API
 /// of the generated type), [`reference::errors`] (what it reports).
 ///
 // (rustdoc puts these lines before the macro's own docs, from `graph-macros`.)
-pub use graph_macros::graph;
+pub use actorgraph_macros::graph;
 
-pub use graph_runtime::*;
+pub use actorgraph_runtime::*;
 
 /// Derives [`Bucketable`](trait@Bucketable) for a struct; see the reference,
 /// [`reference::collectives`].
 ///
 // (rustdoc puts these lines before the macro's own docs, from `graph-macros`.)
-pub use graph_macros::Bucketable;
+pub use actorgraph_macros::Bucketable;
 /// Derives [`Gather`](trait@Gather) for a struct.
-pub use graph_macros::Gather;
+pub use actorgraph_macros::Gather;
 /// Derives [`Scatter`](trait@Scatter) for a struct.
-pub use graph_macros::Scatter;
+pub use actorgraph_macros::Scatter;
 
 pub mod reference;
 

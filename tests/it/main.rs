@@ -23,6 +23,7 @@ mod helping;
 mod interop_candle;
 #[cfg(feature = "ndarray")]
 mod interop_ndarray;
+mod packaging;
 mod parts;
 mod per_rank;
 mod pipeline;
