@@ -329,6 +329,8 @@ fn parse_args() -> Result<Args, String> {
 struct Outcome {
     accuracy: f64,
     identical: bool,
+    /// The mean time of `execute` per step.
+    per_step: Duration,
 }
 
 /// Which workers a process hosts: ranks `first..first + here` of `size` in all, in
@@ -482,6 +484,7 @@ fn train<B: Backend>(
     Ok(Outcome {
         accuracy,
         identical,
+        per_step: total / (steps * args.epochs) as u32,
     })
 }
 
@@ -601,8 +604,32 @@ fn run(args: &Args) -> Result<bool, Box<dyn Error>> {
             );
             ok = false;
         }
+        print_speed(args, place, &main, &base);
     }
     Ok(ok)
+}
+
+/// The N workers' time per step beside 1 worker's, and why N can be slower: a worker's
+/// shard of a step is `batch / N` rows, and when that is little work, N threads sharing
+/// the cores and one allreduce cost more than the shard saves.
+fn print_speed(args: &Args, place: Place, main: &Outcome, base: &Outcome) {
+    let (n, many, one) = (place.size, main.per_step, base.per_step);
+    let speedup = one.as_secs_f64() / many.as_secs_f64();
+    println!(
+        "\n{n} workers: {:.1} µs per step, 1 worker: {:.1} µs per step ({speedup:.2}x)",
+        many.as_secs_f64() * 1e6,
+        one.as_secs_f64() * 1e6
+    );
+    if speedup < 1.0 {
+        let cores = actorgraph::threads::cores();
+        println!(
+            "{n} workers are slower here: each step gives each of them {} rows, little work \
+             beside the cost of {n} threads sharing {cores} core(s) and of an allreduce. \
+             Workers pay off with bigger shards (a larger --batch) and a core each (see \
+             \"Threads and cores\" in the README).",
+            args.batch / n
+        );
+    }
 }
 
 fn print_setup(wine: &Wine, args: &Args, place: Place, tensors: usize, elems: usize) {
@@ -639,8 +666,11 @@ fn print_setup(wine: &Wine, args: &Args, place: Place, tensors: usize, elems: us
 fn main() -> ExitCode {
     // The workers are the parallelism: candle's own threads (rayon's pool, shared by every
     // worker) would compete with them for the cores, and a step took 2x longer that way on
-    // 2 cores. torchrun sets OMP_NUM_THREADS=1 for the same reason. Set before any thread
-    // exists, as `set_var` requires.
+    // 2 cores. torchrun sets OMP_NUM_THREADS=1 for the same reason. A launch sets it only
+    // from a process with one thread (`actorgraph::threads`), and by the time this one
+    // launches, candle's pool or MPI's threads may exist: set here, before any thread
+    // exists, as `set_var` requires. One thread, not the cores' share, so that every
+    // worker count and process layout computes bit for bit the same.
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }

@@ -19,6 +19,7 @@ pub mod mpi;
 pub mod nccl;
 mod sync;
 mod tensor;
+pub mod threads;
 mod trace;
 pub mod travel;
 

@@ -34,3 +34,4 @@ mod reduce_ops;
 mod sizes;
 mod soundness;
 mod stress;
+mod threads;

@@ -111,6 +111,10 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         quote!(#v)
     }));
     let join = join_sizes(g, &sched, name);
+    // The process's actors, all groups', share its cores: resolved once, before any
+    // group's threads start.
+    let local_actors = g.groups.iter().map(|d| &d.name);
+    let threads = quote!(let __options = __options.resolve_threads(0 #(+ #local_actors.len())*););
     let split = split(g, &groups);
     let assemble = assemble(g, &groups);
 
@@ -211,6 +215,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 #[doc = #launch_actors_doc]
                 pub fn launch_actors<__B: #rt::Backend>(#(#actors_params,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
                     #join
+                    #threads
                     #(#to_vecs)*
                     #checks
                     #links

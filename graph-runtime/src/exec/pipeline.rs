@@ -15,6 +15,9 @@ use crate::Error;
 pub struct LaunchOptions {
     max_in_flight: usize,
     poll_runs_steps: bool,
+    /// 0 until the launch divides the cores among the actors (see `resolve_threads`).
+    compute_threads: usize,
+    pin_threads: bool,
 }
 
 impl Default for LaunchOptions {
@@ -23,6 +26,8 @@ impl Default for LaunchOptions {
         Self {
             max_in_flight: 1,
             poll_runs_steps: false,
+            compute_threads: 0,
+            pin_threads: false,
         }
     }
 }
@@ -68,6 +73,68 @@ impl LaunchOptions {
     /// Whether [`LaunchOptions::poll_runs_steps`] is on.
     pub fn polls_run_steps(&self) -> bool {
         self.poll_runs_steps
+    }
+
+    /// The threads each actor's compute may use (at least 1; 0 is taken as 1), where a
+    /// launch otherwise divides the process's cores among its actors
+    /// ([`threads::per_actor`](crate::threads::per_actor)): the value of `torchrun`'s
+    /// `OMP_NUM_THREADS`. Methods read it from [`Ctx::compute_threads`](crate::Ctx); a
+    /// launch from a process with one thread also sets it in the environment variables
+    /// that rayon, candle, OpenMP and BLAS read ([`threads::THREAD_VARS`](crate::threads::THREAD_VARS)),
+    /// where they are not set. See "Threads and cores" in the README.
+    ///
+    /// ```
+    /// # use actorgraph::prelude::*;
+    /// # struct Worker;
+    /// # #[actor] impl Worker { fn threads(&mut self) -> usize { Ctx::current().unwrap().compute_threads() } }
+    /// # graph! { G(workers: [Worker]) { workers.threads() } }
+    /// let options = LaunchOptions::default().compute_threads(3);
+    /// let mut g = G::launch_with(vec![Worker, Worker], Cpu, options)?;
+    /// assert_eq!(g.execute()?, vec![3, 3]);
+    /// # Ok::<(), actorgraph::Error>(())
+    /// ```
+    pub fn compute_threads(mut self, n: usize) -> Self {
+        self.compute_threads = n.max(1);
+        self
+    }
+
+    /// Pins each actor's thread to cores of its own (off by default): on Linux, a block of
+    /// [`Ctx::compute_threads`](crate::Ctx) cores of the launching thread's CPU set per
+    /// actor, the actors of every group and graph of the process taking the blocks in turn,
+    /// around again when they outnumber the cores; elsewhere, nothing. A step that
+    /// `execute` runs on its caller's thread (see [`LaunchOptions::max_in_flight`]) runs
+    /// where the caller does.
+    ///
+    /// Pinning keeps an actor's data in its core's caches and stops the scheduler from
+    /// moving it, which pays when the process has the cores to itself; on a shared
+    /// machine, or with more actors than cores, it takes freedom the scheduler would use.
+    pub fn pin_threads(mut self, on: bool) -> Self {
+        self.pin_threads = on;
+        self
+    }
+
+    /// Whether [`LaunchOptions::pin_threads`] is on.
+    pub fn pins_threads(&self) -> bool {
+        self.pin_threads
+    }
+
+    /// The value set by [`LaunchOptions::compute_threads`], or what the launch chose; `None`
+    /// before a launch that chooses.
+    pub fn threads_per_actor(&self) -> Option<usize> {
+        (self.compute_threads > 0).then_some(self.compute_threads)
+    }
+
+    /// Called by a graph's launch, on its caller's thread, before any actor's thread starts:
+    /// gives each actor its share of the cores among the process's `actors`, unless set,
+    /// and sets the compute libraries' variables where that is sound
+    /// ([`threads`](crate::threads)).
+    #[doc(hidden)]
+    pub fn resolve_threads(mut self, actors: usize) -> Self {
+        if self.compute_threads == 0 {
+            self.compute_threads = crate::threads::per_actor(actors);
+        }
+        crate::threads::set_library_threads(self.compute_threads);
+        self
     }
 }
 

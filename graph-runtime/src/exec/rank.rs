@@ -52,6 +52,7 @@ pub struct Ctx {
     group: &'static str,
     rank: usize,
     size: usize,
+    threads: usize,
 }
 
 thread_local! {
@@ -79,6 +80,14 @@ impl Ctx {
         self.group
     }
 
+    /// The threads this actor's compute may use: its share of the process's cores, or
+    /// what [`LaunchOptions::compute_threads`](crate::LaunchOptions::compute_threads) set.
+    /// For a library that takes a thread count per call or per pool, such as a
+    /// `rayon::ThreadPool` the actor builds for itself.
+    pub fn compute_threads(&self) -> usize {
+        self.threads
+    }
+
     /// Makes this the context of the calling thread, for good: called once, by an actor's
     /// thread as it starts.
     pub(crate) fn enter(self) {
@@ -92,8 +101,13 @@ impl Ctx {
         Scope(CURRENT.with(|c| c.replace(Some(self))))
     }
 
-    pub(crate) fn new(group: &'static str, rank: usize, size: usize) -> Self {
-        Self { group, rank, size }
+    pub(crate) fn new(group: &'static str, rank: usize, size: usize, threads: usize) -> Self {
+        Self {
+            group,
+            rank,
+            size,
+            threads,
+        }
     }
 }
 

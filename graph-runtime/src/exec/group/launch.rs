@@ -44,6 +44,10 @@ struct RankStart<A, C, I, O, E, F> {
     edges: E,
     attached_tx: SyncSender<Attached<I, O>>,
     dispatch: Dispatch,
+    /// The threads the actor's compute may use ([`LaunchOptions::compute_threads`]).
+    threads: usize,
+    /// Whether its thread is pinned to cores ([`LaunchOptions::pin_threads`]).
+    pin: bool,
     step: F,
 }
 
@@ -101,6 +105,11 @@ where
                 edges: edges.clone(),
                 attached_tx: attached_tx.clone(),
                 dispatch: dispatch.clone(),
+                // A launch resolves it for all its groups; a step launched by hand may not.
+                threads: options
+                    .threads_per_actor()
+                    .unwrap_or_else(|| crate::threads::per_actor(size)),
+                pin: options.pins_threads(),
                 step,
             };
             match Self::spawn_rank(start) {
@@ -202,6 +211,8 @@ where
             edges,
             attached_tx,
             dispatch,
+            threads,
+            pin,
             step,
         } = start;
         // The actor's rank in its whole group, which spans processes under MPI; `rank` is
@@ -212,7 +223,10 @@ where
             .spawn(move || {
                 let _dispatch = dispatch.enter();
                 crate::sync::actor_started();
-                rank::Ctx::new(name, global, group_size).enter();
+                if pin {
+                    crate::threads::pin_current(threads);
+                }
+                rank::Ctx::new(name, global, group_size, threads).enter();
                 let guard = ExitGuard {
                     shared: &shared,
                     rank,
@@ -243,7 +257,7 @@ where
                     Some(send) => {
                         let helped = Arc::new(Helped::new(
                             send(actor),
-                            rank::Ctx::new(name, global, group_size),
+                            rank::Ctx::new(name, global, group_size, threads),
                             ctx,
                             step,
                         ));
