@@ -7,6 +7,8 @@
 //!   (`tests/support/failures.rs`), here on the `Mpi` backend.
 //! - `async`: `execute_async` from a current-thread tokio runtime, and `submit`/`wait`
 //!   with `max_in_flight(4)`, with a failure among the executions in flight.
+//! - `launch_error`: a program whose `main` returns the error of a launch that cannot
+//!   work (its graph addresses an actor beyond the group), under `mpirun` and without it.
 //!
 //! Needs OpenMPI's `mpirun` (`.ci/run` installs it). Runs as root too.
 #![cfg(feature = "mpi")]
@@ -21,9 +23,9 @@ mod mpirun;
 
 #[path = "support/failures.rs"]
 mod failures;
-use failures::{after, timeout, total, workers, Checked, Trouble};
+use failures::{after, timeout, total, workers, Checked, Trouble, W};
 
-use mpirun::{passes, SHM, TCP};
+use mpirun::{alone, mpirun, passes, Run, SHM, TCP};
 
 #[test]
 fn a_timeout_names_the_late_rank_of_another_process_on_every_process() {
@@ -47,6 +49,47 @@ fn async_and_pipelined_executions_across_processes() {
     passes("async", &[1, 2, 1], TCP);
 }
 
+#[test]
+fn a_failed_launch_prints_its_error_and_ends_mpi_cleanly() {
+    // The group has 2 ranks, and the graph needs a fourth: one process hosting both, under
+    // `mpirun` and as MPI's singleton, and two processes that each reach the verdict.
+    let check = |how: &str, run: Run| {
+        let output = &run.output;
+        assert!(
+            output.contains(LAUNCH_ERROR),
+            "{how}: the launch's error is missing:\n{output}"
+        );
+        // What MPI says when a communicator outlives `MPI_Finalize`.
+        assert!(
+            !output.contains("MPI_FINALIZE"),
+            "{how}: MPI ended before a communicator was freed:\n{output}"
+        );
+        assert_eq!(run.code, Some(1), "{how}: not a clean failure:\n{output}");
+    };
+    check("mpirun -np 1", mpirun("launch_error", &[2], SHM));
+    check("mpirun -np 2", mpirun("launch_error", &[1, 1], SHM));
+    check("without mpirun", alone("launch_error", 2));
+}
+
+/// What a `main` that returns the launch's error with `?` prints (its `Debug`).
+const LAUNCH_ERROR: &str = r#"Error: IndexOutOfRange { group: "workers", index: 3, size: 2 }"#;
+
+graph! {
+    Fourth(workers: [W], trouble: Trouble) {
+        workers[3].alone(trouble)
+    }
+}
+
+/// The `main` of a program whose launch fails after the processes agreed on the layout:
+/// the graph addresses `workers[3]`, which `actors` actors in every process lack.
+fn launch_beyond(actors: usize) -> Result<(), Error> {
+    let mpi = Mpi::init()?;
+    let mut g = Fourth::launch(workers(&(0..actors)), &mpi)?;
+    g.execute(Trouble::None)?;
+    g.teardown()?;
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------
 // The worker: what every process of a run does.
 
@@ -55,6 +98,17 @@ fn worker() {
     let Some((scenario, layout)) = mpirun::scenario() else {
         return; // run by `mpirun` only
     };
+    if scenario == "launch_error" {
+        // As a `main` returning `Result` does: the error outlives every local of `main`
+        // (MPI ends with the last of them), then it is printed and the process exits
+        // with status 1.
+        // Every layout of this scenario gives each process as many actors.
+        if let Err(e) = launch_beyond(layout[0]) {
+            eprintln!("Error: {e:?}");
+            std::process::exit(1);
+        }
+        panic!("a launch that needs more actors than the group has succeeded");
+    }
     let mpi = Mpi::init().unwrap();
     assert_eq!(mpi.processes(), layout.len());
     let process = mpi.process();
