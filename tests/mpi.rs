@@ -156,6 +156,41 @@ fn the_docs_build_every_example_before_mpirun_or_srun_starts_it() {
     }
 }
 
+/// The reference's `sbatch` script is bash that parses, asks Slurm for its layout and
+/// starts the processes with `srun --mpi=pmix`.
+#[test]
+fn the_slurm_script_of_the_reference_parses() {
+    let (_, page) = docs().pop().unwrap();
+    let script = page
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .find(|block| block.starts_with("#!/bin/bash"))
+        .expect("reference::mpi has an sbatch script");
+    for needed in [
+        "#SBATCH --nodes",
+        "#SBATCH --cpus-per-task",
+        "srun --mpi=pmix",
+    ] {
+        assert!(
+            script.contains(needed),
+            "the script lacks `{needed}`:\n{script}"
+        );
+    }
+    let mut bash = std::process::Command::new("bash")
+        .arg("-n")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("bash");
+    use std::io::Write;
+    bash.stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    assert!(bash.wait().unwrap().success(), "not bash:\n{script}");
+}
+
 #[test]
 fn worker() {
     let Some((scenario, layout)) = mpirun::scenario() else {
