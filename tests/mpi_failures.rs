@@ -7,6 +7,7 @@
 //!   (`tests/support/failures.rs`), here on the `Mpi` backend.
 //! - `async`: `execute_async` from a current-thread tokio runtime, and `submit`/`wait`
 //!   with `max_in_flight(4)`, with a failure among the executions in flight.
+//! - `late_process`: a timeout while the last process has not started the execution.
 //! - `launch_error`: a program whose `main` returns the error of a launch that cannot
 //!   work (its graph addresses an actor beyond the group), under `mpirun` and without it.
 //!
@@ -39,6 +40,13 @@ fn a_failure_after_the_last_stage_reaches_every_process() {
     passes("after", &[1, 1], SHM);
     passes("after", &[1, 2, 1], SHM);
     passes("after", &[1, 2, 1], TCP);
+}
+
+#[test]
+fn a_timeout_names_a_process_that_had_not_started_the_execution() {
+    passes("late_process", &[1, 1], SHM);
+    passes("late_process", &[1, 1], TCP);
+    passes("late_process", &[1, 2, 1], SHM);
 }
 
 #[test]
@@ -119,9 +127,62 @@ fn worker() {
         "timeout" => timeout(&mpi, here, &layout),
         "after" => after(&mpi, here, size),
         "async" => run_async(&mpi, here, size),
+        "late_process" => late_process(&mpi, here, &layout),
         other => panic!("no scenario {other}"),
     }
     println!("process {process}: scenario done");
+}
+
+/// The last process calls `execute_timeout` only once every other process's has returned
+/// (a barrier of the test's own on `MPI_COMM_WORLD` orders them), all with one timeout.
+/// The others time out waiting for it in the stage, and name its ranks, on every one of
+/// them. It finds their part of that stage posted and returns the outputs, which the
+/// reference's "Failures across processes" says; its next execution fails, as theirs do.
+fn late_process(mpi: &Mpi, here: std::ops::Range<usize>, layout: &[usize]) {
+    use actorgraph::mpi::rsmpi::topology::SimpleCommunicator;
+    use actorgraph::mpi::rsmpi::traits::*;
+    let size: usize = layout.iter().sum();
+    let last = layout.len() - 1;
+    let late: Vec<usize> = (size - layout[last]..size).collect();
+    let on_time: Vec<usize> = (0..size - layout[last]).collect();
+    let mut g = failures::Sum::launch(workers(&here), mpi).unwrap();
+    let timeout = std::time::Duration::from_millis(500);
+    let world = SimpleCommunicator::world();
+    if mpi.process() == last {
+        world.barrier();
+        let sums = g.execute_timeout(Trouble::None, timeout).unwrap();
+        for t in sums {
+            assert_eq!(t.to_vec(), vec![total(size); 4]);
+        }
+        // The others never come to this stage.
+        match g.execute_timeout(Trouble::None, timeout) {
+            Err(Error::Timeout { .. }) => {}
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+    } else {
+        match g.execute_timeout(Trouble::None, timeout) {
+            Err(Error::Timeout {
+                group: "workers",
+                ranks,
+                waiting,
+                ..
+            }) => {
+                assert_eq!(ranks, late, "the late ranks");
+                assert_eq!(waiting, on_time, "the ranks that waited");
+            }
+            other => panic!("expected a timeout naming ranks {late:?}, got {other:?}"),
+        }
+        world.barrier();
+        match g.execute(Trouble::None) {
+            Err(Error::Broken {
+                group: "workers", ..
+            }) => {}
+            other => panic!("expected the group broken, got {other:?}"),
+        }
+    }
+    for (rank, actor) in here.zip(g.teardown_each()) {
+        assert_eq!(actor.unwrap().rank, rank);
+    }
 }
 
 fn run_async(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
