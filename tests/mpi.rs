@@ -94,6 +94,103 @@ fn a_process_that_dies_ends_the_run_without_a_hang() {
 // ---------------------------------------------------------------------------------------
 // The worker: what every process of a run does.
 
+// ---------------------------------------------------------------------------------------
+// What the docs tell a user to run.
+
+/// The README and the reference page `reference::mpi`, by name.
+fn docs() -> Vec<(&'static str, String)> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    ["README.md", "src/reference/mpi.md"]
+        .into_iter()
+        .map(|name| {
+            let text = std::fs::read_to_string(format!("{root}/{name}")).unwrap();
+            (name, text)
+        })
+        .collect()
+}
+
+/// Whether `line` builds example `example` with feature `mpi`.
+fn builds(line: &str, example: &str) -> bool {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let after = |flag: &str| {
+        words
+            .windows(2)
+            .find(|w| w[0] == flag)
+            .map(|w| w[1].trim_matches(['`', '(', ')', ',']))
+    };
+    line.contains("cargo build")
+        && after("--example") == Some(example)
+        && after("--features").is_some_and(|f| f.split(',').any(|f| f == "mpi"))
+}
+
+/// A binary that `mpirun` or `srun` starts does not exist until it is built with feature
+/// `mpi`: every such line of the docs comes after, in its section, the command that builds
+/// it.
+#[test]
+fn the_docs_build_every_example_before_mpirun_or_srun_starts_it() {
+    for (name, text) in docs() {
+        let mut section: Vec<&str> = Vec::new();
+        let mut in_code = false;
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                in_code = !in_code;
+            } else if !in_code && line.starts_with('#') {
+                section.clear();
+            }
+            let command = line.trim_start();
+            let starts = command.starts_with("mpirun ") || command.starts_with("srun ");
+            let example = line
+                .split("target/release/examples/")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next());
+            if let (true, Some(example)) = (starts, example) {
+                assert!(
+                    section.iter().any(|l| builds(l, example)),
+                    "{name}:{}: `{command}` starts example `{example}`, which nothing \
+                     before it in its section builds with `--features mpi`",
+                    n + 1
+                );
+            }
+            section.push(line);
+        }
+    }
+}
+
+/// The reference's `sbatch` script is bash that parses, asks Slurm for its layout and
+/// starts the processes with `srun --mpi=pmix`.
+#[test]
+fn the_slurm_script_of_the_reference_parses() {
+    let (_, page) = docs().pop().unwrap();
+    let script = page
+        .split("```sh\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .find(|block| block.starts_with("#!/bin/bash"))
+        .expect("reference::mpi has an sbatch script");
+    for needed in [
+        "#SBATCH --nodes",
+        "#SBATCH --cpus-per-task",
+        "srun --mpi=pmix",
+    ] {
+        assert!(
+            script.contains(needed),
+            "the script lacks `{needed}`:\n{script}"
+        );
+    }
+    let mut bash = std::process::Command::new("bash")
+        .arg("-n")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("bash");
+    use std::io::Write;
+    bash.stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    assert!(bash.wait().unwrap().success(), "not bash:\n{script}");
+}
+
 #[test]
 fn worker() {
     let Some((scenario, layout)) = mpirun::scenario() else {

@@ -17,9 +17,11 @@ pub const LAYOUT: &str = "ACTORGRAPH_MPI_LAYOUT";
 /// How long one `mpirun` may take before the watchdog kills it and fails the test.
 pub const WATCHDOG: Duration = Duration::from_secs(120);
 
-/// What `mpirun` did: whether it succeeded, and its output.
+/// What `mpirun` did: whether it succeeded, its exit code (`None` if a signal ended it),
+/// and its output.
 pub struct Run {
     pub success: bool,
+    pub code: Option<i32>,
     pub output: String,
 }
 
@@ -31,9 +33,6 @@ pub fn mpirun(scenario: &str, layout: &[usize], btl: &str) -> Run {
 
 /// [`mpirun`], with the variables `env` set in every process.
 pub fn mpirun_env(scenario: &str, layout: &[usize], btl: &str, env: &[(&str, &str)]) -> Run {
-    // One `mpirun` at a time: on a small machine, several at once oversubscribe it.
-    static SERIAL: Mutex<()> = Mutex::new(());
-    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let layout_arg = layout
         .iter()
         .map(usize::to_string)
@@ -45,7 +44,6 @@ pub fn mpirun_env(scenario: &str, layout: &[usize], btl: &str, env: &[(&str, &st
         btl.replace(',', "_")
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
     let mut cmd = Command::new("mpirun");
     cmd.args(["--oversubscribe", "-np", &layout.len().to_string()])
         .args(["--mca", "btl", btl, "--mca", "pml", "ob1"]);
@@ -58,12 +56,31 @@ pub fn mpirun_env(scenario: &str, layout: &[usize], btl: &str, env: &[(&str, &st
     for &(name, value) in env {
         cmd.args(["-x", name]).env(name, value);
     }
+    cmd.args(["-x", SCENARIO, "-x", LAYOUT])
+        .arg(std::env::current_exe().unwrap());
+    watch(cmd, scenario, &layout_arg, &dir)
+}
+
+/// Runs `scenario` as one process started without `mpirun` (MPI's singleton), hosting
+/// `actors` actors, under the watchdog.
+pub fn alone(scenario: &str, actors: usize) -> Run {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("alone-{scenario}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cmd = Command::new(std::env::current_exe().unwrap());
+    watch(cmd, scenario, &actors.to_string(), &dir)
+}
+
+/// Runs `cmd`, whose last argument is this test binary, as the `worker` test of
+/// `scenario` over `layout`, and waits for it under the watchdog, its output in `dir`.
+fn watch(mut cmd: Command, scenario: &str, layout: &str, dir: &std::path::Path) -> Run {
+    // One run at a time: on a small machine, several at once oversubscribe it.
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
     let child = cmd
-        .args(["-x", SCENARIO, "-x", LAYOUT])
-        .arg(std::env::current_exe().unwrap())
         .args(["--exact", "worker", "--nocapture", "--test-threads=1"])
         .env(SCENARIO, scenario)
-        .env(LAYOUT, &layout_arg)
+        .env(LAYOUT, layout)
         // CI runs as root, which OpenMPI refuses unless told.
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
@@ -74,7 +91,10 @@ pub fn mpirun_env(scenario: &str, layout: &[usize], btl: &str, env: &[(&str, &st
     let mut child = match child {
         Ok(child) => child,
         Err(e) => {
-            panic!("could not start `mpirun` ({e}): install OpenMPI (libopenmpi-dev openmpi-bin)")
+            let program = cmd.get_program().to_string_lossy().into_owned();
+            panic!(
+                "could not start `{program}` ({e}): install OpenMPI (libopenmpi-dev openmpi-bin)"
+            )
         }
     };
     let start = Instant::now();
@@ -92,12 +112,11 @@ pub fn mpirun_env(scenario: &str, layout: &[usize], btl: &str, env: &[(&str, &st
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
     let output = format!("{}\n{}", read("stdout.txt"), read("stderr.txt"));
     let Some(status) = status else {
-        panic!(
-            "mpirun {scenario} over {layout:?} ({btl}) hung: killed after {WATCHDOG:?}\n{output}"
-        );
+        panic!("{scenario} over [{layout}] hung: killed after {WATCHDOG:?}\n{output}");
     };
     Run {
         success: status.success(),
+        code: status.code(),
         output,
     }
 }

@@ -2,9 +2,15 @@
 //!
 //! Each process's driver knows only where its own ranks were when its deadline passed. Every
 //! process of a stuck group times out (they wait for each other in a stage, and call
-//! `execute_timeout` with the same timeout), so each then brings its ranks' states to one
-//! `MPI_Iallgatherv` on a communicator of the census's own: the group's own may hold a
-//! stage that was given up on, and a new collective there would be matched with it.
+//! `execute_timeout` with the same timeout), so each then sends its ranks' states to every
+//! other process, on a communicator of the census's own: the group's own may hold a stage
+//! that was given up on, whose messages a new one there could match.
+//!
+//! Messages from process to process rather than one collective, because the process that
+//! made the others time out may be one that had not yet started the execution: it never
+//! comes to the census, and a collective would tell the others nothing. With messages,
+//! every process that comes hears from every other that comes, and each names the same
+//! absent processes' ranks as the late ones.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -33,30 +39,35 @@ impl Census {
         }
     }
 
-    /// Every rank's state, by global rank, from `mine` (this process's ranks'), or `None`
-    /// if the other processes did not all come within the grace: the timeout, at least
-    /// [`MIN_GRACE`].
+    /// Every rank's state, by global rank, from `mine` (this process's ranks') and those
+    /// the other processes sent within the grace: the timeout, at least [`MIN_GRACE`].
+    /// Every rank of a process that sent nothing in that time is [`RankState::InCode`]:
+    /// it was not in this execution's stage when the others timed out (or not yet in
+    /// the census), so it is what they waited for. `None` if `mine` is not this process's
+    /// share.
     pub(crate) fn take(&self, mine: &[RankState], timeout: Duration) -> Option<Vec<RankState>> {
         let deadline = Instant::now() + timeout.max(MIN_GRACE);
-        // MPI would read past `mine` otherwise.
+        // The others receive exactly this process's count of states.
         if self.counts.get(self.process) != Some(&mine.len()) {
             return None;
         }
-        let counts: Vec<i32> = self
-            .counts
-            .iter()
-            .map(|&n| i32::try_from(n).ok())
-            .collect::<Option<_>>()?;
-        let displs = wait::displacements(&counts)?;
-        let total = self.counts.iter().sum();
-        let mut all = vec![0u8; total];
         let mine: Vec<u8> = mine.iter().map(|&s| encode(s)).collect();
         let comm = self.comm.lock().unwrap_or_else(|p| p.into_inner());
-        wait::all_gather_varcount(&comm.0, &mine, counts, displs, &mut all, || {
+        let heard = wait::exchange(&comm.0, &mine, &self.counts, self.process, || {
             Instant::now() >= deadline
-        })
-        .ok()?;
-        all.into_iter().map(decode).collect()
+        });
+        let mut every = Vec::with_capacity(self.counts.iter().sum());
+        for (got, &n) in heard.into_iter().zip(&self.counts) {
+            match got {
+                Some(states) => {
+                    for s in states {
+                        every.push(decode(s)?);
+                    }
+                }
+                None => every.extend(std::iter::repeat_n(RankState::InCode, n)),
+            }
+        }
+        Some(every)
     }
 }
 

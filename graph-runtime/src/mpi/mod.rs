@@ -124,10 +124,14 @@ const PANICKED: i32 = 101;
 /// thread unwinds from a panic, it calls `MPI_Abort` instead, which ends every process of
 /// the run: the others may be waiting for this one, and would wait forever.
 pub struct Mpi {
-    world: Arc<World>,
-    /// The groups of the graph being launched, with their layout and communicator, from
-    /// `join` until `group_communicators` takes them.
+    /// The groups of the graph being launched, with their layout and communicators, from
+    /// `join` until `group_communicators` takes them; left here by a launch that fails
+    /// between the two (a root or an index beyond its group), until the next launch or
+    /// the drop.
+    // Before `world`, whose drop may end MPI: fields drop in order, and a communicator
+    // freed after `MPI_Finalize` aborts the process before `main` can print its error.
     joined: Mutex<Joined>,
+    world: Arc<World>,
 }
 
 #[derive(Default)]
@@ -183,6 +187,7 @@ impl Mpi {
         let (process, processes) = (rank_of(comm.rank()), rank_of(comm.size()));
         let shared_memory = processes > 1 && shm::usable(&comm);
         Ok(Self {
+            joined: Mutex::new(Joined::default()),
             world: Arc::new(World {
                 comm: Mutex::new(SendComm(comm)),
                 process,
@@ -190,7 +195,6 @@ impl Mpi {
                 shared_memory,
                 _universe: universe,
             }),
-            joined: Mutex::new(Joined::default()),
         })
     }
 

@@ -163,6 +163,107 @@ pub(super) fn all_gather_varcount<T: Equivalence + Copy>(
     done
 }
 
+/// The tag of [`exchange`]'s messages.
+const TAG_EXCHANGE: i32 = 1;
+
+/// Sends `mine` to every other process of `comm` and receives `counts[q]` bytes from each
+/// other process `q`, until every message came or `stop()` says to give up: what came from
+/// each process, in process order (`mine` for this process, `process`), `None` from one
+/// whose message had not come.
+///
+/// Point-to-point, rather than one collective: a process that never comes holds up no one
+/// else's message, so the processes that do come all learn from each other, and agree on
+/// which did not. A receive given up on stays pending, its buffer leaked; a send not yet
+/// complete at the end is left to complete on its own, its buffer leaked (see [`leak`]).
+pub(super) fn exchange(
+    comm: &SimpleCommunicator,
+    mine: &[u8],
+    counts: &[usize],
+    process: usize,
+    stop: impl Fn() -> bool,
+) -> Vec<Option<Vec<u8>>> {
+    // Owned, so that they can be left to MPI.
+    let mut send = mine.to_vec();
+    let mut inbox: Vec<Vec<u8>> = counts.iter().map(|&n| vec![0u8; n]).collect();
+    let others = || (0..counts.len()).filter(move |&q| q != process);
+    let (mut receives, mut sends): (Vec<ffi::MPI_Request>, Vec<ffi::MPI_Request>) =
+        scope(|scope| {
+            let mut receives = Vec::with_capacity(counts.len());
+            for (q, buf) in inbox.iter_mut().enumerate().filter(|&(q, _)| q != process) {
+                let from = comm.process_at_rank(q as i32);
+                let request =
+                    from.immediate_receive_into_with_tag(scope, &mut buf[..], TAG_EXCHANGE);
+                // SAFETY: `into_raw` only unregisters the request from its scope; it is
+                // completed below, or its buffer is leaked below.
+                receives.push(unsafe { request.into_raw().0 });
+            }
+            let sends = others()
+                .map(|q| {
+                    let to = comm.process_at_rank(q as i32);
+                    let request = to.immediate_send_with_tag(scope, &send[..], TAG_EXCHANGE);
+                    // SAFETY: as for the receives.
+                    unsafe { request.into_raw().0 }
+                })
+                .collect();
+            (receives, sends)
+        });
+    let mut spins = 0u32;
+    loop {
+        for request in receives.iter_mut().filter(|r| **r != null_request()) {
+            let mut flag = 0;
+            // SAFETY: a live request of this function (a completed one is
+            // `MPI_REQUEST_NULL`, skipped above); MPI sets it to `MPI_REQUEST_NULL` once
+            // complete.
+            unsafe { ffi::MPI_Test(request, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
+        }
+        if receives.iter().all(|&r| r == null_request()) || stop() {
+            break;
+        }
+        spins += 1;
+        if spins > SPINS {
+            std::thread::yield_now();
+        }
+    }
+    let mut sent = 0;
+    let count = i32::try_from(sends.len()).unwrap_or(i32::MAX);
+    // SAFETY: `sends` holds `count` live or null requests of this function.
+    unsafe {
+        ffi::MPI_Testall(
+            count,
+            sends.as_mut_ptr(),
+            &mut sent,
+            ffi::RSMPI_STATUSES_IGNORE,
+        )
+    };
+    if sent == 0 {
+        for request in sends.iter_mut().filter(|r| **r != null_request()) {
+            // SAFETY: a live send request: freeing it lets the send complete on its own
+            // (MPI 3.1, 3.7.3), reading `send`, which is leaked below.
+            unsafe { ffi::MPI_Request_free(request) };
+        }
+        leak(&mut send);
+    }
+    let mut heard: Vec<Option<Vec<u8>>> = Vec::with_capacity(counts.len());
+    let mut pending = receives.into_iter();
+    for (q, buf) in inbox.iter_mut().enumerate() {
+        if q == process {
+            heard.push(Some(mine.to_vec()));
+        } else if pending.next() == Some(null_request()) {
+            heard.push(Some(std::mem::take(buf)));
+        } else {
+            // Still pending: MPI may write into it whenever that process sends.
+            leak(buf);
+            heard.push(None);
+        }
+    }
+    heard
+}
+
+fn null_request() -> ffi::MPI_Request {
+    // SAFETY: a constant of the MPI library, set before any MPI call can be made.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
 /// Where each process's block starts when blocks of `counts` lie back to back: the
 /// displacements of an `MPI_Iallgatherv`. `None` past `i32::MAX`, which MPI cannot address.
 pub(super) fn displacements(counts: &[i32]) -> Option<Vec<i32>> {
