@@ -28,8 +28,16 @@
 //!
 //! ```text
 //! cargo run --release --features candle --example train -- [--workers N] [--epochs E]
-//!     [--batch B] [--lr LR] [--no-baseline]
+//!     [--batch B] [--lr LR] [--no-baseline] [--checkpoint DIR] [--resume DIR]
 //! ```
+//!
+//! With `--checkpoint DIR`, every worker saves its state at the end of each epoch, on its
+//! own thread, through the graph's `try_each_workers`: its parameters, its optimizer's
+//! moments and step count, and its step (the epoch and the place in it). `--resume DIR`
+//! loads the newest checkpoint that every worker wrote, the same way, and trains the
+//! epochs after it: the losses and accuracies it prints, and the final parameters, are
+//! those of a run that never stopped, bit for bit. A job that `mpirun` ended after a lost
+//! process restarts with the same command and `--resume DIR`.
 //!
 //! Built with the feature `mpi`, the same program also runs under `mpirun`, each process
 //! hosting `--workers` of the workers (ranks global, process 0's first): the allreduce
@@ -42,13 +50,14 @@
 //! ```
 
 use std::error::Error;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use actorgraph::candle_core::{self, backprop::GradStore};
+use actorgraph::candle_core;
 use actorgraph::prelude::*;
 use candle_core::{DType, Device, Tensor as CTensor, Var, D};
-use candle_nn::{AdamW, Linear, Module, Optimizer, ParamsAdamW};
+use candle_nn::{Linear, Module, ParamsAdamW};
 
 mod support;
 use support::{parse_in, Rng};
@@ -62,12 +71,15 @@ const HIDDEN: usize = 64;
 /// only rounding (a mean of shard means against one mean) separates them.
 const ACCURACY_TOLERANCE: f64 = 0.02;
 const USAGE: &str = "usage: train [--workers N] [--epochs E] [--batch B] [--lr LR] [--no-baseline]
+             [--checkpoint DIR] [--resume DIR]
   --workers N     data-parallel workers (of each process, under mpirun), 1..=64 (default 4);
                   the workers of all processes together divide B
   --epochs E      passes over the training set, 1..=10000 (default 30)
   --batch B       global batch, split evenly over the workers, 1..=1280 (default 64)
   --lr LR         AdamW's learning rate, 0 < LR <= 1 (default 0.003)
-  --no-baseline   skip the 1-worker run that the N workers' accuracy is checked against";
+  --no-baseline   skip the 1-worker run that the N workers' accuracy is checked against
+  --checkpoint D  save every worker's state in directory D at the end of each epoch
+  --resume D      continue from the newest checkpoint in D that every worker wrote";
 
 /// Features of `rows` wines (row-major, standardized) and their classes.
 #[derive(Clone)]
@@ -183,6 +195,61 @@ impl Mlp {
     }
 }
 
+/// AdamW as candle-nn's `AdamW` computes it, op for op (so a run takes the same steps, bit
+/// for bit), with its state in reach: candle-nn keeps the moments and the step count
+/// private, and a checkpoint must hold them to continue the same run.
+struct AdamW {
+    params: ParamsAdamW,
+    /// Per parameter, the first and the second moment.
+    m: Vec<CTensor>,
+    v: Vec<CTensor>,
+    /// Steps taken.
+    t: usize,
+}
+
+impl AdamW {
+    fn new(vars: &[Var], params: ParamsAdamW) -> candle_core::Result<Self> {
+        let zeros = || -> candle_core::Result<Vec<CTensor>> {
+            vars.iter().map(|p| p.as_tensor().zeros_like()).collect()
+        };
+        Ok(AdamW {
+            params,
+            m: zeros()?,
+            v: zeros()?,
+            t: 0,
+        })
+    }
+
+    /// One step of every variable of `vars` along its gradient in `grads`.
+    fn step<'g>(
+        &mut self,
+        vars: &[Var],
+        grads: impl IntoIterator<Item = &'g CTensor>,
+    ) -> candle_core::Result<()> {
+        self.t += 1;
+        let ParamsAdamW {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+        } = self.params;
+        let scale_m = 1f64 / (1f64 - beta1.powi(self.t as i32));
+        let scale_v = 1f64 / (1f64 - beta2.powi(self.t as i32));
+        for (((theta, g), m), v) in vars.iter().zip(grads).zip(&mut self.m).zip(&mut self.v) {
+            let next_m = ((&*m * beta1)? + (g * (1.0 - beta1))?)?;
+            let next_v = ((&*v * beta2)? + (g.sqr()? * (1.0 - beta2))?)?;
+            let m_hat = (&next_m * scale_m)?;
+            let v_hat = (&next_v * scale_v)?;
+            let next_theta = (theta.as_tensor() * (1f64 - lr * weight_decay))?;
+            let adjusted_grad = (m_hat / (v_hat.sqrt()? + eps)?)?;
+            theta.set(&(next_theta - (adjusted_grad * lr)?)?)?;
+            (*m, *v) = (next_m, next_v);
+        }
+        Ok(())
+    }
+}
+
 /// One data-parallel replica: the data, its model and optimizer, and where it is in the
 /// epoch.
 struct Worker {
@@ -215,8 +282,9 @@ impl Worker {
     fn grads(&mut self) -> candle_core::Result<(Vec<CTensor>, f32)> {
         let steps_per_epoch = self.train.rows() / self.batch;
         let (epoch, step) = (self.step / steps_per_epoch, self.step % steps_per_epoch);
-        if step == 0 {
-            // The same permutation on every rank, as each seeds it by the epoch alone.
+        if step == 0 || self.order.is_empty() {
+            // The same permutation on every rank, as each seeds it by the epoch alone (and
+            // a worker resumed from a checkpoint, by the epoch it resumes).
             self.order = (0..self.train.rows() as u32).collect();
             Rng(SEED ^ ((1 + epoch as u64) << 32)).shuffle(&mut self.order);
         }
@@ -247,11 +315,7 @@ impl Worker {
         loss: &f32,
         evaluate: bool,
     ) -> candle_core::Result<Report> {
-        let mut store = GradStore::default();
-        for (p, g) in self.params.iter().zip(grads) {
-            store.insert(p.as_tensor(), g.clone());
-        }
-        self.opt.step(&store)?;
+        self.opt.step(&self.params, grads)?;
         self.step += 1;
         let (correct, scored) = if evaluate {
             (self.model.correct(&self.test)?, self.test.rows())
@@ -264,6 +328,140 @@ impl Worker {
             scored,
         })
     }
+}
+
+/// A worker's checkpoint: `rank-<rank>-step-<step>.safetensors` in the checkpoint's
+/// directory, holding the parameters, AdamW's moments and step count, the worker's step
+/// (its epoch and its place in it) and the run's batch and worker count, which a resumed
+/// run must share. The order of the batches is a function of the epoch (seeded by it), so
+/// the step is all of the random state there is.
+impl Worker {
+    fn checkpoint_file(dir: &Path, rank: usize, step: usize) -> PathBuf {
+        dir.join(format!("rank-{rank}-step-{step}.safetensors"))
+    }
+
+    /// Writes this worker's checkpoint, whole or not at all (a file is renamed into place
+    /// once written), and removes its checkpoints older than the one before: a process
+    /// lost while others wrote this one leaves them one checkpoint ahead, and the one
+    /// before is then the newest that every worker has.
+    fn save(&self, dir: &Path) -> candle_core::Result<()> {
+        let scalar = |v: usize| CTensor::new(&[v as u32], &Device::Cpu);
+        let mut state = std::collections::HashMap::new();
+        for (i, ((p, m), v)) in self
+            .params
+            .iter()
+            .zip(&self.opt.m)
+            .zip(&self.opt.v)
+            .enumerate()
+        {
+            state.insert(format!("param.{i}"), p.as_tensor().clone());
+            state.insert(format!("m.{i}"), m.clone());
+            state.insert(format!("v.{i}"), v.clone());
+        }
+        state.insert("adam_t".into(), scalar(self.opt.t)?);
+        state.insert("step".into(), scalar(self.step)?);
+        state.insert("batch".into(), scalar(self.batch)?);
+        state.insert("ranks".into(), scalar(self.ranks)?);
+        let file = Self::checkpoint_file(dir, self.rank, self.step);
+        let partial = file.with_extension("partial");
+        candle_core::safetensors::save(&state, &partial)?;
+        std::fs::rename(&partial, &file)?;
+        let mut older = saved_steps(dir, self.rank)?;
+        older.retain(|&step| step < self.step);
+        // Ascending: all but the last, the checkpoint before this one.
+        older.pop();
+        for step in older {
+            std::fs::remove_file(Self::checkpoint_file(dir, self.rank, step))?;
+        }
+        Ok(())
+    }
+
+    /// Loads this worker's checkpoint of step `step`; an error if it is missing or was
+    /// written by a run with another batch or worker count.
+    fn restore(&mut self, dir: &Path, step: usize) -> candle_core::Result<()> {
+        let file = Self::checkpoint_file(dir, self.rank, step);
+        let mut state = candle_core::safetensors::load(&file, &Device::Cpu)?;
+        let mut take = |name: &str| {
+            state.remove(name).ok_or_else(|| {
+                candle_core::Error::Msg(format!("{} holds no `{name}`", file.display()))
+            })
+        };
+        let mut scalar = |name: &str| -> candle_core::Result<usize> {
+            Ok(take(name)?.to_vec1::<u32>()?.first().copied().unwrap_or(0) as usize)
+        };
+        let (batch, ranks) = (scalar("batch")?, scalar("ranks")?);
+        if (batch, ranks) != (self.batch, self.ranks) {
+            return Err(candle_core::Error::Msg(format!(
+                "{} was written by a run with --batch {batch} over {ranks} workers, not --batch {} over {}",
+                file.display(),
+                self.batch,
+                self.ranks
+            )));
+        }
+        self.opt.t = scalar("adam_t")?;
+        self.step = scalar("step")?;
+        for i in 0..self.params.len() {
+            self.params[i].set(&take(&format!("param.{i}"))?)?;
+            self.opt.m[i] = take(&format!("m.{i}"))?;
+            self.opt.v[i] = take(&format!("v.{i}"))?;
+        }
+        // The epoch's order is made again at the next step.
+        self.order.clear();
+        Ok(())
+    }
+}
+
+/// The steps of rank `rank`'s checkpoints in `dir`, ascending.
+fn saved_steps(dir: &Path, rank: usize) -> std::io::Result<Vec<usize>> {
+    let prefix = format!("rank-{rank}-step-");
+    let mut steps = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let step = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|n| n.strip_suffix(".safetensors"))
+            .and_then(|n| n.parse::<usize>().ok());
+        steps.extend(step);
+    }
+    steps.sort_unstable();
+    Ok(steps)
+}
+
+/// Saves every worker's state in `dir`, each on its own thread, between two steps.
+fn checkpoint(g: &mut TrainStep, dir: &Path) -> Result<(), Box<dyn Error>> {
+    std::fs::create_dir_all(dir)?;
+    let dir = dir.to_path_buf();
+    g.try_each_workers(move |_, w| w.save(&dir))?;
+    Ok(())
+}
+
+/// Loads into every worker the newest checkpoint in `dir` that every worker of every
+/// process wrote, and returns the epochs it had done.
+fn resume(
+    g: &mut TrainStep,
+    dir: &Path,
+    place: Place,
+    steps: usize,
+) -> Result<usize, Box<dyn Error>> {
+    let listed = dir.to_path_buf();
+    let saved = g.try_each_workers(move |ctx, _| {
+        saved_steps(&listed, ctx.rank()).map_err(|e| format!("{}: {e}", listed.display()))
+    })?;
+    // Each worker's newest, and of those the oldest: a process lost while the others
+    // saved left them one checkpoint ahead, and they kept the one before.
+    let newest = saved
+        .iter()
+        .map(|s| s.last().copied().unwrap_or(0))
+        .min()
+        .unwrap_or(0);
+    let newest = processes::least(place, newest);
+    if newest == 0 {
+        return Err(format!("{} holds no checkpoint of every worker", dir.display()).into());
+    }
+    let dir = dir.to_path_buf();
+    g.try_each_workers(move |_, w| w.restore(&dir, newest))?;
+    Ok(newest / steps)
 }
 
 graph! {
@@ -282,6 +480,21 @@ struct Args {
     batch: usize,
     lr: f64,
     baseline: bool,
+    /// Where to save every worker's state at the end of each epoch.
+    checkpoint: Option<PathBuf>,
+    /// Where to load the state to continue from.
+    resume: Option<PathBuf>,
+}
+
+impl Args {
+    /// The same run from scratch and without checkpoints: the 1-worker baseline's.
+    fn without_checkpoints(&self) -> Args {
+        Args {
+            checkpoint: None,
+            resume: None,
+            ..*self
+        }
+    }
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -291,6 +504,8 @@ fn parse_args() -> Result<Args, String> {
         batch: 64,
         lr: 0.003,
         baseline: true,
+        checkpoint: None,
+        resume: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -312,6 +527,8 @@ fn parse_args() -> Result<Args, String> {
             "--epochs" => args.epochs = parse_in(&flag, &value, 1, 10_000)?,
             "--batch" => args.batch = parse_in(&flag, &value, 1, 1280)?,
             "--lr" => args.lr = parse_in(&flag, &value, f64::MIN_POSITIVE, 1.0)?,
+            "--checkpoint" => args.checkpoint = Some(value.into()),
+            "--resume" => args.resume = Some(value.into()),
             _ => return Err(format!("unknown flag `{flag}`")),
         }
     }
@@ -373,7 +590,7 @@ fn make_workers(wine: &Wine, args: &Args, place: Place) -> candle_core::Result<V
             let mine = CTensor::from_slice(&mine, mine.len(), &Device::Cpu)?;
             let params = init_params(&widths)?;
             let opt = AdamW::new(
-                params.clone(),
+                &params,
                 ParamsAdamW {
                     lr: args.lr,
                     ..ParamsAdamW::default()
@@ -411,12 +628,23 @@ fn train<B: Backend>(
     if g.ranks("workers") != Some(place.first..place.first + place.here) {
         return Err("every process must be given the same --workers".into());
     }
+    let done = match &args.resume {
+        Some(dir) => resume(&mut g, dir, place, steps)?,
+        None => 0,
+    };
+    if done >= args.epochs {
+        return Err(format!(
+            "the checkpoint has done {done} epochs: nothing is left of --epochs {}",
+            args.epochs
+        )
+        .into());
+    }
     let say = place.leads();
     if say {
         println!("epoch  train loss  held-out accuracy  time per step");
     }
     let (mut accuracy, mut total) = (0.0, Duration::ZERO);
-    for epoch in 1..=args.epochs {
+    for epoch in done + 1..=args.epochs {
         let (mut loss, mut elapsed) = (0.0, Duration::ZERO);
         let (mut correct, mut scored) = (0, 0);
         for step in 0..steps {
@@ -430,6 +658,9 @@ fn train<B: Backend>(
         total += elapsed;
         let [correct, scored] = processes::sum(place, [correct, scored]);
         accuracy = correct as f64 / scored as f64;
+        if let Some(dir) = &args.checkpoint {
+            checkpoint(&mut g, dir)?;
+        }
         if !say {
             continue;
         }
@@ -443,8 +674,8 @@ fn train<B: Backend>(
     if say {
         println!(
             "mean time per step: {:.1} µs over {} steps (execute only)",
-            total.as_secs_f64() * 1e6 / (steps * args.epochs) as f64,
-            steps * args.epochs
+            total.as_secs_f64() * 1e6 / (steps * (args.epochs - done)) as f64,
+            steps * (args.epochs - done)
         );
     }
     let workers = g.teardown()?;
@@ -457,6 +688,10 @@ fn train<B: Backend>(
         Ok(bits)
     };
     let first = bits(&workers[0])?;
+    if say {
+        // What a resumed run and a run that never stopped compare, beside their curves.
+        println!("final parameters: FNV-1a {:016x}", fnv1a(&first));
+    }
     let mut diverged = Vec::new();
     for w in &workers[1..] {
         if bits(w)? != first {
@@ -484,7 +719,7 @@ fn train<B: Backend>(
     Ok(Outcome {
         accuracy,
         identical,
-        per_step: total / (steps * args.epochs) as u32,
+        per_step: total / (steps * (args.epochs - done)).max(1) as u32,
     })
 }
 
@@ -533,6 +768,20 @@ mod processes {
         all.map(|v| v as usize)
     }
 
+    /// The least of every process's `value`.
+    pub fn least(place: Place, value: usize) -> usize {
+        if place.processes == 1 {
+            return value;
+        }
+        let mut least = 0u64;
+        SimpleCommunicator::world().all_reduce_into(
+            &(value as u64),
+            &mut least,
+            SystemOperation::min(),
+        );
+        least as usize
+    }
+
     /// The processes whose `hash` differs from process 0's.
     pub fn differing(place: Place, hash: u64) -> Vec<usize> {
         if place.processes == 1 {
@@ -554,6 +803,10 @@ mod processes {
 
     pub fn differing(_: Place, _: u64) -> Vec<usize> {
         Vec::new()
+    }
+
+    pub fn least(_: Place, value: usize) -> usize {
+        value
     }
 }
 
@@ -589,7 +842,7 @@ fn run(args: &Args) -> Result<bool, Box<dyn Error>> {
     let mut ok = main.identical;
     if say && args.baseline && place.size > 1 {
         println!("\nbaseline: 1 worker over the same batches:");
-        let base = train(&wine, args, Place::alone(1), Cpu)?;
+        let base = train(&wine, &args.without_checkpoints(), Place::alone(1), Cpu)?;
         let (a, b) = (100.0 * main.accuracy, 100.0 * base.accuracy);
         let tolerance = 100.0 * ACCURACY_TOLERANCE;
         if main.accuracy >= base.accuracy - ACCURACY_TOLERANCE {

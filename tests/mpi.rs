@@ -63,6 +63,11 @@ fn failures_are_the_same_error_on_every_process_and_the_graph_stays_usable() {
 }
 
 #[test]
+fn each_runs_on_the_actors_of_each_process_and_the_next_execution_sees_it() {
+    passes("each", &[1, 2, 1], SHM);
+}
+
+#[test]
 fn launches_that_differ_between_processes_fail_on_every_process() {
     passes("launch", &[1, 2], SHM);
 }
@@ -214,6 +219,7 @@ fn worker() {
         "collectives" | "collectives_one_without_shared_memory" => collectives(&mpi, here, size),
         "failures" => failures(&mpi, here, size),
         "launch" => launch(&mpi, here),
+        "each" => each(&mpi, here, size),
         "dies" => dies(&mpi, here),
         "panics" => panics(&mpi, here),
         other => panic!("no scenario {other}"),
@@ -1102,4 +1108,65 @@ fn dies(mpi: &Mpi, here: std::ops::Range<usize>) {
     let _ = g.execute(Trouble::None);
     // Only reached if MPI let the stage through without process 1.
     panic!("a stage completed without process 1");
+}
+
+/// A worker whose scale `each_workers` sets between executions.
+struct Scaled {
+    rank: usize,
+    scale: f32,
+}
+
+#[actor]
+impl Scaled {
+    fn scaled(&mut self) -> f32 {
+        self.scale * self.rank as f32
+    }
+}
+
+graph! {
+    ScaledSum(workers: [Scaled]) {
+        allreduce(workers.scaled(), Sum)
+    }
+}
+
+/// `each_workers` over processes: each process runs the closure on its own actors, by
+/// global rank, with no collective; what every process changed, the next execution sees.
+fn each(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
+    let workers: Vec<_> = here
+        .clone()
+        .map(|rank| Scaled { rank, scale: 1.0 })
+        .collect();
+    let mut g = ScaledSum::launch(workers, mpi).unwrap();
+    let seen = g
+        .each_workers(|ctx, w| (ctx.rank(), ctx.size(), w.rank))
+        .unwrap();
+    let want: Vec<_> = here.clone().map(|rank| (rank, size, rank)).collect();
+    assert_eq!(seen, want);
+    g.each_workers(|ctx, w| w.scale = ctx.rank() as f32)
+        .unwrap();
+    let total: f32 = (0..size).map(|q| (q * q) as f32).sum();
+    assert_eq!(g.execute().unwrap(), vec![total; here.len()]);
+    // An `Err` on the last rank is its own process's error only.
+    let last = size - 1;
+    let result = g.try_each_workers(move |ctx, _| {
+        if ctx.rank() == last {
+            Err("no room")
+        } else {
+            Ok(())
+        }
+    });
+    if here.contains(&last) {
+        match result {
+            Err(Error::Method {
+                rank,
+                method: "each",
+                ..
+            }) => assert_eq!(rank, last),
+            other => panic!("expected rank {last}'s error, got {other:?}"),
+        }
+    } else {
+        result.unwrap();
+    }
+    assert_eq!(g.execute().unwrap(), vec![total; here.len()]);
+    g.teardown().unwrap();
 }

@@ -56,6 +56,7 @@ pub use __private::{
 pub mod __private {
     pub use crate::bucket::{FusedStage, SlotIdx};
     pub use crate::comm::{Backend, Collective, Communicator, GraphInfo, ReduceOp};
+    pub use crate::exec::Ctx;
     pub use crate::exec::GroupSpec;
     pub use crate::exec::{
         Actors, Deal, Driven, Driver, Edge, EdgeValue, Elements, GraphDriver, Group, LaunchOptions,

@@ -16,6 +16,7 @@ mod allreduce;
 mod async_exec;
 mod attach;
 mod collectives;
+mod each;
 mod failures;
 mod groups;
 mod helping;

@@ -131,6 +131,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let inputs = quote!((#(#input_names,)*));
 
     let (teardown_ty, each_ty, teardown, teardown_each) = teardown_bodies(g);
+    let each_methods = each_methods(g);
     // Spanned at the group's actor type, where a missing `Send` is reported.
     let send_bounds: Vec<TokenStream> = g
         .groups
@@ -289,6 +290,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                     #teardown_each
                 }
 
+                #(#each_methods)*
+
                 /// The graph as Graphviz DOT (render it with `dot -Tsvg`).
                 pub fn to_dot() -> #rt::String {
                     #rt::String::from(#dot)
@@ -430,6 +433,57 @@ fn teardown_bodies(g: &Graph) -> (TokenStream, TokenStream, TokenStream, TokenSt
             },
         )
     }
+}
+
+/// Per group, `each_<group>` and `try_each_<group>`: a closure run on every actor of the
+/// group between executions. A method per group, rather than one `each` that takes the
+/// group's name, so that the closure's actor type is the group's, checked by rustc; the
+/// group is reached in the driver's list of groups by its position (`.1` per group before
+/// it, then `.0`).
+fn each_methods(g: &Graph) -> Vec<TokenStream> {
+    let rt = rt::local();
+    g.groups
+        .iter()
+        .enumerate()
+        .map(|(gi, d)| {
+            let (a, name) = (&d.actor, d.name.to_string());
+            let each = format_ident!("each_{}", d.name);
+            let try_each = format_ident!("try_each_{}", d.name);
+            let rest = (0..gi).map(|_| syn::Index::from(1));
+            let pick = quote!(|__g| &mut __g #(.#rest)* .0);
+            let each_doc = format!(
+                " Runs `f` once on every actor of group `{name}` in this process, each on its \
+                 own thread, between executions (those in flight finish first), and returns \
+                 the values by rank: entry `i` is rank `ranks(\"{name}\").start + i`. A panic \
+                 in `f` is `Error::Panic`, naming the rank, and poisons that actor; see \
+                 `actorgraph::reference::generated`."
+            );
+            let try_each_doc = format!(
+                " Like `{each}`, with a closure that can fail: the lowest failing rank's `Err` \
+                 is `Error::Method` (method `each`), and the graph stays usable."
+            );
+            quote! {
+                #[doc = #each_doc]
+                pub fn #each<__R, __F>(&mut self, f: __F) -> #rt::Result<#rt::Vec<__R>, #rt::Error>
+                where
+                    __F: ::core::ops::Fn(#rt::Ctx, &mut #a) -> __R + ::core::marker::Send + ::core::marker::Sync + 'static,
+                    __R: ::core::marker::Send + 'static,
+                {
+                    self.__driver.0.each(#pick, f)
+                }
+
+                #[doc = #try_each_doc]
+                pub fn #try_each<__R, __E, __F>(&mut self, f: __F) -> #rt::Result<#rt::Vec<__R>, #rt::Error>
+                where
+                    __F: ::core::ops::Fn(#rt::Ctx, &mut #a) -> #rt::Result<__R, __E> + ::core::marker::Send + ::core::marker::Sync + 'static,
+                    __E: ::core::convert::Into<#rt::BoxError>,
+                    __R: ::core::marker::Send + 'static,
+                {
+                    self.__driver.0.try_each(#pick, move |__c, __a| f(__c, __a).map_err(::core::convert::Into::into))
+                }
+            }
+        })
+        .collect()
 }
 
 fn group_var(name: &Ident) -> Ident {

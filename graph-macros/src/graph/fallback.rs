@@ -3,7 +3,7 @@
 //! and the user sees only the graph's own errors, not a wall of secondary ones.
 
 use proc_macro2::{Ident, TokenStream};
-use quote::quote;
+use quote::{format_ident, quote};
 
 use super::codegen::launch_param;
 use super::parse::GraphDef;
@@ -68,6 +68,25 @@ pub(crate) fn expand(def: &GraphDef) -> TokenStream {
         (_, false) => (quote!(__T), quote!(__T)),
     };
     let generic = (!all_known).then(|| quote!(<__T>));
+    // `each_<group>` with the closure's actor type known where the group's is, so that the
+    // closure's body is checked as it will be once the graph compiles.
+    let each_methods = groups.iter().map(|&(n, a, _)| {
+        let (each, try_each) = (format_ident!("each_{}", n), format_ident!("try_each_{}", n));
+        let (a, param) = match a {
+            Some(a) => (quote!(#a), quote!()),
+            None => (quote!(__A), quote!(__A,)),
+        };
+        quote! {
+            /// Not available: the graph has errors.
+            pub fn #each<#param __R, __F: ::core::ops::Fn(#rt::Ctx, &mut #a) -> __R>(&mut self, f: __F) -> #rt::Result<#rt::Vec<__R>, #rt::Error> {
+                ::core::unreachable!()
+            }
+            /// Not available: the graph has errors.
+            pub fn #try_each<#param __R, __E, __F: ::core::ops::Fn(#rt::Ctx, &mut #a) -> #rt::Result<__R, __E>>(&mut self, f: __F) -> #rt::Result<#rt::Vec<__R>, #rt::Error> {
+                ::core::unreachable!()
+            }
+        }
+    });
     let out = quote!(#rt::Result<#rt::Vec<__O>, #rt::Error>);
     quote! {
         #(#attrs)*
@@ -141,6 +160,7 @@ pub(crate) fn expand(def: &GraphDef) -> TokenStream {
                 pub fn teardown_each #generic (self) -> #each {
                     ::core::unreachable!()
                 }
+                #(#each_methods)*
                 /// Not available: the graph has errors.
                 pub fn to_dot() -> #rt::String {
                     ::core::unreachable!()

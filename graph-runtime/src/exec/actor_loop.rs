@@ -1,7 +1,9 @@
 //! The two loops an actor thread runs once its actor is made: one step per `go` advance,
 //! until the group stops. An actor that may change threads runs its steps through the
 //! runner it shares with the driver ([`helped_loop`]); any other runs them itself
-//! ([`actor_loop`]).
+//! ([`actor_loop`]). Between executions, a `go` advance may bring a call of `each`
+//! instead of a step ([`run_visit`]): the driver makes one only with no step in flight, so
+//! a wake-up that finds one is that call's.
 
 use std::sync::atomic::Ordering::Acquire;
 
@@ -35,6 +37,9 @@ pub(super) fn actor_loop<A, C: Communicator, I, O>(
             return Returned { actor, poisoned };
         }
         started += 1;
+        if run_visit(shared, rank, Some(&mut actor), &mut ctx) {
+            continue;
+        }
         // SAFETY: this actor's steps run on this thread only (the driver helps only actors
         // with a `Helped` runner, which run `helped_loop`), after the `go` advance above.
         let (step_index, input) = unsafe { slot.next_input() };
@@ -79,9 +84,48 @@ where
             let actor = hand_back.then_some(runner.actor);
             return Returned { actor, poisoned };
         }
+        if shared.visiting.load(Acquire) && lock(&shared.visits[rank]).is_some() {
+            // The driver holds the runner only while it runs a step, and it runs none while
+            // a call of `each` is under way: this lock does not wait.
+            let mut runner = lock(&helped.runner);
+            if let Some(runner) = runner.as_mut() {
+                let actor = runner.actor.downcast_mut::<A>();
+                run_visit(shared, rank, actor, &mut runner.ctx);
+            }
+            continue;
+        }
         // Every step submitted and not run yet, unless the driver holds the runner: it
         // then runs them. (`started` was read before: a step submitted since comes with
         // a `go` advance that the next wait sees.)
         helped.try_run(slot, &shared.waker);
     }
+}
+
+/// Runs on this thread the call of `each` waiting for rank `rank`, if one is, on `actor`
+/// (`None`: the runner holds something else, which cannot happen): whether one was.
+pub(super) fn run_visit<A, C: Communicator, I, O>(
+    shared: &Shared<A, I, O>,
+    rank: usize,
+    actor: Option<&mut A>,
+    ctx: &mut StepCtx<C>,
+) -> bool {
+    // The flag was set before the `go` advance that woke this thread (acquire).
+    if !shared.visiting.load(Acquire) {
+        return false;
+    }
+    let Some(visit) = lock(&shared.visits[rank]).take() else {
+        return false;
+    };
+    let ran = ctx.visit(|c| match actor {
+        Some(actor) => visit.run(rank, c, actor),
+        None => Err("internal error: its thread holds something else than its actor".into()),
+    });
+    if let Err(e) = ran {
+        visit.fail(rank, e);
+    }
+    // Before the advance: the caller of `each` may drop its own reference as soon as it
+    // sees every rank done.
+    drop(visit);
+    shared.visited.advance();
+    true
 }

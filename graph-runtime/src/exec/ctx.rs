@@ -13,9 +13,13 @@ use crate::comm::{Collective, Communicator};
 use crate::error::panic_message;
 use crate::exec::edge::{Edge, RecvError, SendError};
 use crate::exec::links::Links;
-use crate::exec::{Activity, IN_CODE, IN_COLLECTIVE, ON_EDGE};
+use crate::exec::{Activity, Ctx, IN_CODE, IN_COLLECTIVE, ON_EDGE};
 use crate::method::Method;
-use crate::{trace, Error, ReduceOp};
+use crate::{trace, BoxError, Error, ReduceOp};
+
+/// The name a failure of a call of `each` gives as its method's, in [`Error::Method`] and
+/// [`Error::Panic`].
+const EACH: &str = "each";
 
 /// One operation of a group's step that waits for other actors, in the order the step runs
 /// them. `graph!` emits the list; a rank that fails runs the rest of it in "failed" mode
@@ -92,6 +96,33 @@ impl<C: Communicator> StepCtx<C> {
     /// The message of the panic that poisoned this actor, if one did.
     pub(crate) fn poisoned(&self) -> Option<&str> {
         self.poisoned.as_deref()
+    }
+
+    /// Runs `f` on this actor between executions (its part of a call of `each`), as
+    /// [`StepCtx::call`] runs a method: a poisoned actor does not run it, and its `Err` or
+    /// its panic becomes an [`Error`] that names this rank, the panic poisoning the actor.
+    pub(crate) fn visit<R>(
+        &mut self,
+        f: impl FnOnce(Ctx) -> Result<R, BoxError>,
+    ) -> Result<R, Error> {
+        if let Some(message) = &self.poisoned {
+            return Err(Error::Poisoned {
+                group: self.group,
+                rank: self.rank,
+                message: message.clone(),
+            });
+        }
+        let ctx = Ctx::new(self.group, self.rank, self.comm.size());
+        match catch_unwind(AssertUnwindSafe(|| f(ctx))) {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(source)) => Err(Error::Method {
+                group: self.group,
+                rank: self.rank,
+                method: EACH,
+                source,
+            }),
+            Err(payload) => Err(self.poison(Some(EACH), payload)),
+        }
     }
 
     /// This actor's rank in its group.

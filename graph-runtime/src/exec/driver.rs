@@ -13,9 +13,9 @@ use std::marker::PhantomData;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use super::{Deadline, Deal, Group, LaunchOptions, Pipeline, Ticket};
+use super::{Ctx, Deadline, Deal, Group, LaunchOptions, Pipeline, Ticket};
 use crate::trace::{self, Call, GraphName};
-use crate::Error;
+use crate::{BoxError, Error};
 
 /// The actor groups of a graph as a list (see the module docs), in declaration order: what
 /// the driver does to every group.
@@ -375,6 +375,50 @@ impl<G: Groups, In, Out> Driver<G, In, Out> {
     /// graph has no such group.
     pub fn group_size(&self, group: &str) -> Option<usize> {
         self.groups.ranks(group).map(|(_, n)| n)
+    }
+
+    /// Runs `f` once on every actor of one group of this process (the group `group` picks
+    /// from the list), each on its own thread, and returns the values by rank, as
+    /// [`Group::try_each`] does. Every execution submitted is collected first, its result
+    /// kept for its ticket, so `f` runs after them and an execution submitted later sees
+    /// what it changed.
+    pub fn try_each<A, I, O, R, F>(
+        &mut self,
+        group: fn(&mut G) -> &mut Group<A, I, O>,
+        f: F,
+    ) -> Result<Vec<R>, Error>
+    where
+        A: 'static,
+        I: Deal,
+        O: Send + 'static,
+        F: Fn(Ctx, &mut A) -> Result<R, BoxError> + Send + Sync + 'static,
+        R: Send + 'static,
+    {
+        while self.pipeline.is_running() {
+            self.finish_oldest(None);
+        }
+        if self.executing {
+            self.groups.mark_broken(
+                "an earlier `execute` panicked in the driver (an input's `Clone`?) before every actor had its input",
+            );
+        }
+        group(&mut self.groups).try_each(f)
+    }
+
+    /// [`Driver::try_each`] with a closure that cannot return an error (it may panic).
+    pub fn each<A, I, O, R, F>(
+        &mut self,
+        group: fn(&mut G) -> &mut Group<A, I, O>,
+        f: F,
+    ) -> Result<Vec<R>, Error>
+    where
+        A: 'static,
+        I: Deal,
+        O: Send + 'static,
+        F: Fn(Ctx, &mut A) -> R + Send + Sync + 'static,
+        R: Send + 'static,
+    {
+        self.try_each(group, move |ctx, actor| Ok(f(ctx, actor)))
     }
 
     /// Hands the actors back (see [`Teardown`]).

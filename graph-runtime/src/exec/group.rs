@@ -2,8 +2,10 @@
 //! the actors' handoffs ([`handoff`](super::handoff)), collects their outputs, runs the
 //! steps nobody has started when that is faster ([`help`](super::help)), turns a late or
 //! lost rank into a typed error that breaks the group, and stops and joins the threads at
-//! teardown or drop. Starting the threads is [`launch`].
+//! teardown or drop. Starting the threads is [`launch`]; running a closure on every actor
+//! between executions, [`each`].
 
+mod each;
 mod launch;
 
 use std::marker::PhantomData;

@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use super::wake::WakeSlot;
 use super::Activity;
+use super::Ctx;
 use crate::sync::prims::{AtomicBool, AtomicU64};
 use crate::sync::{Cells, Epoch};
-use crate::Error;
+use crate::{BoxError, Error};
 
 /// Boxes an actor so that its thread can return it (only for `A: Send`).
 pub(super) type HandBack<A> = fn(A) -> Box<dyn Any + Send>;
@@ -25,6 +26,20 @@ pub(super) struct Returned {
     pub(super) poisoned: Option<String>,
 }
 
+/// A call of `each` as the actor threads see it, its closure and result types erased:
+/// each thread runs it once on its actor, and the caller of `each` reads every rank's
+/// result from it (see [`Group::try_each`](super::Group::try_each)).
+pub(super) trait Visit<A>: Send + Sync {
+    /// Runs the closure on the actor of rank `local` (its place among this process's
+    /// actors), keeping its value for the caller; its error, to be made an [`Error`].
+    fn run(&self, local: usize, ctx: Ctx, actor: &mut A) -> Result<(), BoxError>;
+    /// Rank `local`'s part ended with `error` instead.
+    fn fail(&self, local: usize, error: Error);
+}
+
+/// A call of `each` on its way to one actor's thread.
+pub(super) type Visiting<A> = Arc<dyn Visit<A>>;
+
 /// What the driver and every actor thread of a group share: the handoffs, by rank, and
 /// what tells the threads to stop and the driver that they did.
 pub(super) struct Shared<A, I, O> {
@@ -33,6 +48,9 @@ pub(super) struct Shared<A, I, O> {
     /// or on an edge); shared with its `StepCtx` so a timeout can name the culprits.
     pub(super) activity: Arc<[Activity]>,
     pub(super) shutdown: AtomicBool,
+    /// Set while a call of `each` is under way (see `visits`): a thread woken for a step
+    /// reads this flag, beside `shutdown`, rather than take the lock of its `visits` cell.
+    pub(super) visiting: AtomicBool,
     /// Advanced by each thread as it ends, however it ends.
     pub(super) exits: Epoch,
     /// The waker of an async execution waiting for this group
@@ -44,6 +62,13 @@ pub(super) struct Shared<A, I, O> {
     /// it, a thread drops its actor itself, so actors built on their threads need not be
     /// `Send`.
     pub(super) hand_back: Mutex<Option<HandBack<A>>>,
+    /// Per rank, the call of `each` its thread is to run next (see
+    /// [`Group::try_each`](super::Group::try_each)), put there before the `go` advance
+    /// that wakes the thread for it.
+    pub(super) visits: Box<[Mutex<Option<Visiting<A>>>]>,
+    /// Advanced by each thread as it finishes its part of a call of `each`, and as it ends
+    /// however it ends.
+    pub(super) visited: Epoch,
 }
 
 /// An actor's handoff with the driver, in two halves, each on cache lines of its own: what

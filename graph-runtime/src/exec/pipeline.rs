@@ -337,6 +337,14 @@ impl<T> Pipeline<T> {
         result.unwrap_or(Err(Error::ForeignTicket))
     }
 
+    /// Whether an execution submitted is still running on the actors (not yet collected
+    /// from the groups): the caller then collects the oldest (with
+    /// [`Pipeline::push_collected`]) and asks again.
+    pub fn is_running(&mut self) -> bool {
+        self.retire();
+        self.collected < self.next
+    }
+
     /// Discards the held results whose tickets were dropped since they were collected.
     fn retire(&mut self) {
         if let Some(seq) = self.direct.take() {

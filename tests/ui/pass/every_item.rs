@@ -53,6 +53,9 @@ fn main() -> Result<(), Error> {
     let waited: Vec<(Tensor<f32>, f32)> = h.wait(ticket)?;
     drop(run_async(&mut h, Tensor::zeros([1])));
     assert_eq!(out.len() + late.len() + waited.len(), 6);
+    let ranks: Vec<usize> = g.each_workers(|ctx, _: &mut Worker| ctx.rank())?;
+    let scores: Vec<f32> = g.try_each_heads(|_, h: &mut Head| Ok::<f32, Error>(h.score()))?;
+    assert_eq!(ranks.len() + scores.len(), 4);
     let (workers, heads) = g.teardown()?;
     assert_eq!(workers.len() + heads.len(), 4);
     let (workers, heads) = h.teardown_each();

@@ -163,9 +163,12 @@ where
             slots: (0..size).map(|_| Slot::new(depth)).collect(),
             activity: (0..size).map(|_| Activity::default()).collect(),
             shutdown: AtomicBool::new(false),
+            visiting: AtomicBool::new(false),
             exits: Epoch::new(),
             waker: WakeSlot::new(),
             hand_back: Mutex::new(None),
+            visits: (0..size).map(|_| Mutex::new(None)).collect(),
+            visited: Epoch::new(),
         });
         Self {
             name,
@@ -346,6 +349,8 @@ impl<A, I, O> Drop for ExitGuard<'_, A, I, O> {
         // A driver waiting for this rank's output finds none and reports the rank lost.
         slot.outbox.done.advance();
         self.shared.exits.advance();
+        // A driver waiting for this rank's part of an `each` finds it gone.
+        self.shared.visited.advance();
         self.shared.waker.wake();
     }
 }
