@@ -112,7 +112,11 @@ impl<C: Communicator> StepCtx<C> {
                 message: message.clone(),
             });
         }
-        let ctx = Ctx::new(self.group, self.rank, self.comm.size());
+        // `each` runs on the actor's own thread, whose context its start set; the fallback
+        // only keeps a caller elsewhere from seeing another actor's.
+        let ctx = Ctx::current()
+            .filter(|c| c.group() == self.group && c.rank() == self.rank)
+            .unwrap_or_else(|| Ctx::new(self.group, self.rank, self.comm.size(), 1));
         match catch_unwind(AssertUnwindSafe(|| f(ctx))) {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(source)) => Err(Error::Method {
