@@ -156,8 +156,9 @@ pub enum Error {
     },
 
     /// The ranks of a fused collective stage disagreed on the dtype, the element count or
-    /// the shape of one value (every dimension counts, but the first for `allgather`).
-    #[error("shape mismatch in stage `{stage}`, {}: {}", fmt_value(.value, *.slot), fmt_counts(.counts, .shapes))]
+    /// the shape of one value (every dimension counts, but the first for `allgather`), or
+    /// of one item of a value that is a list.
+    #[error("shape mismatch in stage `{stage}`, {}: {}", fmt_value(.value, *.slot, *.item), fmt_counts(.counts, .shapes))]
     ShapeMismatch {
         /// The stage, as written in the graph.
         stage: &'static str,
@@ -166,11 +167,35 @@ pub enum Error {
         value: &'static str,
         /// The position of the value in the stage's bucket.
         slot: usize,
+        /// When the value is a list whose items travel one by one (a `Vec` of tensors),
+        /// the position in it of the item that disagreed; `None` for any other value.
+        /// `counts` and `shapes` are then that item's.
+        item: Option<usize>,
         /// Each rank's `(dtype, element count)` for that value, indexed by rank.
         counts: Vec<(crate::DType, usize)>,
         /// Each rank's shape for that value, indexed by rank (empty for a value without a
-        /// shape beyond its length: a scalar, a `Vec`).
+        /// shape beyond its length: a scalar, a `Vec` of numbers).
         shapes: Vec<Vec<usize>>,
+    },
+
+    /// The ranks of a fused collective stage hold lists of different lengths for one value
+    /// (a `Vec` of tensors, whose items travel one by one); found before any item is
+    /// compared.
+    #[error("list length mismatch in stage `{stage}`, {}: {}", fmt_value(.value, *.slot, *.item), fmt_lens(.lens))]
+    LengthMismatch {
+        /// The stage, as written in the graph.
+        stage: &'static str,
+        /// The value, as written in the graph; empty when not known (a stage driven by
+        /// hand).
+        value: &'static str,
+        /// The position of the value in the stage's bucket.
+        slot: usize,
+        /// When the list is inside an item of a value that is itself a list
+        /// (`Vec<Vec<Tensor<f32>>>`), the position of that item; `None` when the list is
+        /// the value, or a part of a struct.
+        item: Option<usize>,
+        /// Each rank's number of items, indexed by rank.
+        lens: Vec<usize>,
     },
 
     /// The ranks of a fused stage put different numbers of values in their buckets.
@@ -443,12 +468,24 @@ fn fmt_method(method: &Option<&'static str>) -> String {
     }
 }
 
-fn fmt_value(value: &str, slot: usize) -> String {
-    if value.is_empty() {
+fn fmt_value(value: &str, slot: usize, item: Option<usize>) -> String {
+    let value = if value.is_empty() {
         format!("slot {slot}")
     } else {
         format!("value `{value}` (slot {slot})")
+    };
+    match item {
+        Some(item) => format!("item {item} of {value}"),
+        None => value,
     }
+}
+
+fn fmt_lens(lens: &[usize]) -> String {
+    let each = lens
+        .iter()
+        .enumerate()
+        .map(|(rank, &n)| format!("rank {rank} has {n} item{}", if n == 1 { "" } else { "s" }));
+    each.collect::<Vec<_>>().join(", ")
 }
 
 fn fmt_counts(counts: &[(crate::DType, usize)], shapes: &[Vec<usize>]) -> String {

@@ -121,6 +121,10 @@ impl<T, E: Into<BoxError>> Fallible for Result<T, E> {
 /// When `A` has no such method, when the method cannot be a graph node, or when `args` is
 /// not its number of parameters, with a message that says so. `graph!` evaluates it in a
 /// constant, where the panic is a compile error at the user's call.
+// `track_caller` makes constant evaluation report the panic where this is called, at the
+// user's call, as one sentence: without it, rustc adds a note for this function's frame,
+// pointing into the runtime's source.
+#[track_caller]
 pub const fn method_index<A: Actor + ?Sized>(actor: &str, method: &str, args: usize) -> usize {
     let methods = A::METHODS;
     let mut i = 0;

@@ -198,11 +198,13 @@ fn a_shape_mismatch_names_every_count_and_the_next_execute_works() {
             stage,
             value,
             slot,
+            item,
             counts,
             shapes,
+            ..
         } => {
             assert_eq!(*stage, "allreduce([a, b])");
-            assert_eq!((*value, *slot), ("a", 0));
+            assert_eq!((*value, *slot, *item), ("a", 0, None));
             assert_eq!(
                 counts,
                 &vec![(actorgraph::DType::F32, 10), (actorgraph::DType::F32, 20)]
@@ -284,6 +286,121 @@ fn a_transposed_value_is_a_shape_mismatch_that_names_it() {
         Err(Error::ShapeMismatch { value: "g", .. })
     ));
     assert_eq!(g.execute(false).unwrap()[0].shape(), &[4, 3]);
+}
+
+/// A list of gradients per rank; with `fault`, rank 1's item 1 is transposed or its list
+/// is one item longer.
+struct Lister {
+    rank: usize,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum ListFault {
+    None,
+    Transposed,
+    Longer,
+}
+
+#[actor]
+impl Lister {
+    fn grads(&mut self, fault: &ListFault) -> Vec<Tensor<f32>> {
+        let mut grads = vec![Tensor::full([2, 3], 1.0); 3];
+        if self.rank == 1 {
+            match fault {
+                ListFault::None => {}
+                ListFault::Transposed => grads[1] = Tensor::full([3, 2], 1.0),
+                ListFault::Longer => grads.push(Tensor::full([2, 3], 1.0)),
+            }
+        }
+        grads
+    }
+
+    fn loss(&mut self) -> f32 {
+        1.0
+    }
+}
+
+graph! {
+    Lists(workers: [Lister], fault: ListFault) {
+        let l = workers.loss();
+        let g = workers.grads(fault);
+        allreduce([l, g])
+    }
+
+    GatherLists(workers: [Lister], fault: ListFault) {
+        let g = workers.grads(fault);
+        allgather(g)
+    }
+}
+
+#[test]
+fn a_mismatch_in_a_list_names_the_item() {
+    let listers = || vec![Lister { rank: 0 }, Lister { rank: 1 }];
+    let mut g = Lists::launch(listers(), Cpu).unwrap();
+    let err = g.execute(ListFault::Transposed).unwrap_err();
+    match &err {
+        Error::ShapeMismatch {
+            stage,
+            value,
+            slot,
+            item,
+            shapes,
+            ..
+        } => {
+            assert_eq!((*stage, *value, *slot), ("allreduce([l, g])", "g", 1));
+            assert_eq!(*item, Some(1));
+            assert_eq!(shapes, &vec![vec![2, 3], vec![3, 2]]);
+        }
+        other => panic!("unexpected error {other:?}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        "shape mismatch in stage `allreduce([l, g])`, item 1 of value `g` (slot 1): rank 0 has f32 [2, 3], rank 1 has f32 [3, 2]"
+    );
+
+    let err = g.execute(ListFault::Longer).unwrap_err();
+    match &err {
+        Error::LengthMismatch {
+            stage,
+            value,
+            slot,
+            item,
+            lens,
+            ..
+        } => {
+            assert_eq!(
+                (*stage, *value, *slot, *item),
+                ("allreduce([l, g])", "g", 1, None)
+            );
+            assert_eq!(lens, &vec![3, 4]);
+        }
+        other => panic!("unexpected error {other:?}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        "list length mismatch in stage `allreduce([l, g])`, value `g` (slot 1): rank 0 has 3 items, rank 1 has 4 items"
+    );
+
+    let out = g.execute(ListFault::None).unwrap();
+    assert_eq!(out[1].1[2].to_vec(), vec![2.0; 6]);
+
+    // `allgather` lays its lists out apart: the same errors.
+    let mut g = GatherLists::launch(listers(), Cpu).unwrap();
+    assert!(matches!(
+        g.execute(ListFault::Transposed),
+        Err(Error::ShapeMismatch {
+            value: "g",
+            item: Some(1),
+            ..
+        })
+    ));
+    match g.execute(ListFault::Longer) {
+        Err(Error::LengthMismatch {
+            value: "g", lens, ..
+        }) => assert_eq!(lens, [3, 4]),
+        other => panic!("unexpected: {:?}", other.map(|_| ())),
+    }
+    assert_eq!(g.execute(ListFault::None).unwrap()[0][1].shape(), &[4, 3]);
 }
 
 /// An input whose clone panics after a few clones: `execute` panics in the driver while

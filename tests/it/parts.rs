@@ -329,16 +329,17 @@ fn reducescatter_splits_each_part_along_its_rows() {
 }
 
 #[test]
-fn lists_of_different_lengths_are_a_shape_mismatch_naming_the_value() {
+fn lists_of_different_lengths_are_a_length_mismatch_naming_the_value() {
     let mut g = Ragged::launch(workers(), Cpu).unwrap();
     for _ in 0..2 {
         match g.execute() {
-            Err(Error::ShapeMismatch {
+            Err(Error::LengthMismatch {
                 value: "r",
                 slot: 0,
-                shapes,
+                item: None,
+                lens,
                 ..
-            }) => assert_eq!(shapes, [[1], [2], [3]]),
+            }) => assert_eq!(lens, [1, 2, 3]),
             other => panic!("unexpected: {:?}", other.map(|_| ())),
         }
     }

@@ -8,7 +8,7 @@
 //! every type it spells more than once by a block-local alias (see `types`): nothing
 //! outside sees those names, and they start with `__`, so none shadows a user's.
 
-use proc_macro2::{Ident, TokenStream};
+use proc_macro2::{Delimiter, Group, Ident, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
 use super::ir::{Check, CheckKind, Graph, OpKind, Place};
@@ -677,9 +677,15 @@ fn method_calls(g: &Graph) -> (Vec<TokenStream>, Vec<TokenStream>) {
                 let decl = &g.groups[op.group()];
                 let (actor, text) = (&decl.actor, &decl.actor_text);
                 let (name, n) = (method.to_string(), args.len());
-                // The call's tokens span the user's `method(..)`, which rustc then shows.
+                // The call's tokens span the user's `method(..)`, which rustc then shows. A
+                // failed lookup is reported at the call, so the call's ends take the user's
+                // span whole, not only its place, and the error reads as the user's rather
+                // than as coming from a macro: the path goes in parentheses of the user's
+                // span, and keeps the macro's own hygiene (which resolves `::actorgraph`
+                // the same in every edition).
                 let f = respan(quote!(#rt::method_index), method.span());
-                let f = quote!(#f::<#actor>);
+                let mut f = Group::new(Delimiter::Parenthesis, quote!(#f::<#actor>));
+                f.set_span(method.span());
                 let lookup = quote_spanned!(*parens=> #f(#text, #name, #n));
                 let call_impl = quote! {
                     impl #rt::MethodCall<#call> for #graph {

@@ -420,6 +420,42 @@ fn every_error_is_reported_not_just_the_first() {
 }
 
 #[test]
+fn values_without_their_brackets_are_reported_as_one_list() {
+    let e = errors(quote! {
+        G(w: [W], r: usize) {
+            let g = w.g();
+            let l = w.l();
+            let a = allreduce(g, l, Avg);
+            let b = allgather(g, w.f());
+            let c = broadcast(g, l, 0);
+            let d = reduce([g], l, Sum, 0);
+            let s = reducescatter(g, later);
+            let t = allreduce(g, lx, Avg);
+            let u = allreduce(g, r);
+            let later = w.h();
+            (a, b, c, d, s, t, u, later)
+        }
+    });
+    let list = |call: &str, written: &str| {
+        format!("`{call}` takes one value or one list of values; several values are written in brackets: `{written}`")
+    };
+    assert_eq!(
+        e,
+        [
+            list("allreduce", "allreduce([g, l], Avg)"),
+            list("allgather", "allgather([g, w.f()])"),
+            list("broadcast", "broadcast([g, l], 0)"),
+            list("reduce", "reduce([g, l], Sum, 0)"),
+            list("reducescatter", "reducescatter([g, later])"),
+            // A name the graph does not know, in an argument too many.
+            list("allreduce", "allreduce([g, lx], Avg)"),
+            // A graph input where the reduce op goes is read as one.
+            "unknown reduce op `r`; expected one of `Sum`, `Prod`, `Min`, `Max`, `Avg`".into(),
+        ]
+    );
+}
+
+#[test]
 fn a_graph_without_a_group_is_reported() {
     let e = errors(quote! {
         G(x: f32) {

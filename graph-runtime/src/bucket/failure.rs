@@ -5,14 +5,25 @@
 use crate::comm::{Call, Disagreement, StageError};
 use crate::Error;
 
+/// What a slot of the stage is, as an error names it.
+pub(super) struct SlotOf {
+    /// The position of the value it is a part of.
+    pub(super) value: usize,
+    /// That value's name as written in the graph (empty when not known).
+    pub(super) name: &'static str,
+    /// The item of the value it belongs to, when the value is a list.
+    pub(super) item: Option<usize>,
+    /// Whether it holds a list's length rather than elements.
+    pub(super) length: bool,
+}
+
 /// The error a failed stage reports: `stage` is its name and `rank` this rank;
-/// `value_of(slot)` gives the position and name of the value that slot `slot` is a part
-/// of.
+/// `slot_of(slot)` says what slot `slot` is.
 pub(super) fn stage_error(
     e: StageError,
     group: &'static str,
     (stage, rank): (&'static str, usize),
-    value_of: impl Fn(usize) -> (usize, &'static str),
+    slot_of: impl Fn(usize) -> SlotOf,
 ) -> Error {
     match e {
         StageError::Comm(e) => e,
@@ -40,17 +51,30 @@ pub(super) fn stage_error(
             slot,
             counts,
             shapes,
-        }) => Error::ShapeMismatch {
-            stage,
-            value: value_of(slot).1,
-            slot: value_of(slot).0,
-            counts,
-            shapes,
-        },
+        }) => {
+            let of = slot_of(slot);
+            match lengths(&of, &counts, &shapes) {
+                Some(lens) => Error::LengthMismatch {
+                    stage,
+                    value: of.name,
+                    slot: of.value,
+                    item: of.item,
+                    lens,
+                },
+                None => Error::ShapeMismatch {
+                    stage,
+                    value: of.name,
+                    slot: of.value,
+                    item: of.item,
+                    counts,
+                    shapes,
+                },
+            }
+        }
         StageError::Disagreed(Disagreement::NotDivisible { slot, len, size }) => {
             Error::NotDivisible {
                 stage,
-                slot: value_of(slot).0,
+                slot: slot_of(slot).value,
                 len,
                 ranks: size,
             }
@@ -65,6 +89,22 @@ pub(super) fn stage_error(
             Error::Backend(format!("stage `{stage}`: {reason}"))
         }
     }
+}
+
+/// Each rank's length of the list whose length slot disagreed; `None` when the slot is
+/// not a length on every rank (a value whose walk lays out other parts on another rank),
+/// which is then reported as the shapes it has.
+fn lengths(
+    of: &SlotOf,
+    counts: &[(crate::DType, usize)],
+    shapes: &[Vec<usize>],
+) -> Option<Vec<usize>> {
+    let empty = counts.iter().all(|&c| c == (crate::DType::U8, 0));
+    if !of.length || !empty || shapes.len() != counts.len() {
+        return None;
+    }
+    // The length is the shape's last dimension (the first is 0 in an `allgather`).
+    shapes.iter().map(|s| s.last().copied()).collect()
 }
 
 /// Each rank's call, for an error message.

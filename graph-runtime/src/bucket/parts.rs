@@ -29,13 +29,33 @@ impl Layout<'_> {
     /// Lays out `value` with all its parts.
     #[inline]
     pub fn add<T: Bucketable>(&mut self, value: &T) {
-        value.add_parts(self)
+        self.depth += 1;
+        value.add_parts(self);
+        self.depth -= 1;
     }
 
     /// [`add`](Self::add) in a `reducescatter` stage, where each part splits along its rows.
     #[inline]
     pub fn add_scatter<T: Scatter>(&mut self, value: &T) {
-        value.add_scatter_parts(self)
+        self.depth += 1;
+        value.add_scatter_parts(self);
+        self.depth -= 1;
+    }
+
+    /// Lays out the items of a list with `add`, each with all its parts. When the list is
+    /// the stage's value itself, each item's parts are noted as that item's, so that a
+    /// disagreement names the item (in a list of hundreds of gradients, `slot` alone
+    /// does not say which).
+    #[inline]
+    pub(crate) fn items<T>(&mut self, items: &[T], mut add: impl FnMut(&mut Self, &T)) {
+        if self.depth > 0 {
+            return items.iter().for_each(|item| add(self, item));
+        }
+        for (k, item) in items.iter().enumerate() {
+            self.st.item = Some(k);
+            add(self, item);
+        }
+        self.st.item = None;
     }
 
     /// Lays out `value` as one part: its own elements, as its `Bucketable` methods
@@ -62,13 +82,13 @@ impl Layout<'_> {
 
     /// Lays out a count that every rank must agree on, a list's length, as a part
     /// without elements whose shape is the count: ranks with different counts get
-    /// [`Error::ShapeMismatch`] naming the value, instead of misaligned parts. Hand it with
+    /// [`Error::LengthMismatch`] naming the value, instead of misaligned parts. Hand it with
     /// [`Hand::agree_len`] and skip it with [`Parts::agree_len`].
     pub fn agree_len(&mut self, len: usize) {
         // `allgather` does not compare first dimensions: put the count in the second.
         let dims = [0, len];
         let shape = if self.gather { &dims[..] } else { &dims[1..] };
-        self.st.add_raw::<u8>(0, 0, shape);
+        self.st.add_length(shape);
     }
 
     /// Refuses the value: `run` then fails on this rank with `error`, after taking part
@@ -334,12 +354,13 @@ mod tests {
         });
         for r in results {
             match r {
-                Err(Error::ShapeMismatch {
+                Err(Error::LengthMismatch {
                     value: "l",
                     slot: 0,
-                    shapes,
+                    item: None,
+                    lens,
                     ..
-                }) => assert_eq!(shapes, [[0, 1], [0, 2]]),
+                }) => assert_eq!(lens, [1, 2]),
                 other => panic!("{other:?}"),
             }
         }

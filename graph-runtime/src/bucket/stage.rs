@@ -7,7 +7,7 @@
 use std::marker::PhantomData;
 
 use super::device::{device_of, on_device, Device};
-use super::failure::stage_error;
+use super::failure::{stage_error, SlotOf};
 use super::kept::Kept;
 use super::region::{Regions, SlotIdx};
 use super::{Bucketable, Gather, Scatter};
@@ -36,6 +36,10 @@ pub(super) struct Place {
     pub(super) dtype: DType,
     /// The value this slot is a part of, by its position in the bucket.
     value: usize,
+    /// The item this slot belongs to, when the value is a list laid out item by item.
+    item: Option<usize>,
+    /// Whether the slot holds a list's length (`Layout::agree_len`), not elements.
+    length: bool,
 }
 
 /// The state of one fused collective stage on one rank, kept across executions.
@@ -69,6 +73,8 @@ pub struct FusedStage {
     pub(super) handed: usize,
     /// How many values were added in this execution (a value may take several slots).
     value_count: usize,
+    /// The item of a list whose parts are being laid out (see `Layout::items`).
+    pub(super) item: Option<usize>,
     /// An error found before `run` (a failed device copy, a value on the wrong GPU, a call
     /// out of order): `run` reports it, after joining the stage as failed so that no peer
     /// waits.
@@ -106,6 +112,7 @@ impl FusedStage {
             handed_slots: Vec::new(),
             handed: 0,
             value_count: 0,
+            item: None,
             failed: None,
             device: None,
             data: Vec::new(),
@@ -141,6 +148,7 @@ impl FusedStage {
         self.handed_slots.clear();
         self.handed = 0;
         self.value_count = 0;
+        self.item = None;
         self.data.clear();
         self.failed = None;
         self.inputs.reset();
@@ -159,14 +167,14 @@ impl FusedStage {
     }
 
     /// Appends a value of `dtype` and `shape`, `len` elements in `rows` rows, to the
-    /// layout. (Scalars rather than a `SlotDesc`: built by the caller and passed in memory,
+    /// layout; on the device or not, a list's length or not. (Scalars rather than a `SlotDesc`: built by the caller and passed in memory,
     /// it costs a stalled load per value.)
     #[inline]
     fn push_slot(
         &mut self,
         (dtype, len, rows): (DType, usize, usize),
         shape: &[usize],
-        device: bool,
+        (device, length): (bool, bool),
     ) -> SlotIdx {
         if self.phase != Phase::Adding {
             self.misuse(format_args!("a value was added outside the layout phase"));
@@ -198,6 +206,8 @@ impl FusedStage {
             idx,
             dtype,
             value: self.value_count,
+            item: self.item,
+            length,
         });
         self.handed_slots.push(false);
         self.data.push(SlotData::packed(dtype, len));
@@ -210,6 +220,7 @@ impl FusedStage {
         value.add_parts(&mut Layout {
             st: self,
             gather: false,
+            depth: 0,
         });
         self.added(first)
     }
@@ -220,6 +231,7 @@ impl FusedStage {
         value.add_parts(&mut Layout {
             st: self,
             gather: true,
+            depth: 0,
         });
         self.added(first)
     }
@@ -230,6 +242,7 @@ impl FusedStage {
         value.add_scatter_parts(&mut Layout {
             st: self,
             gather: false,
+            depth: 0,
         });
         self.added(first)
     }
@@ -255,19 +268,28 @@ impl FusedStage {
     #[inline]
     pub(super) fn add_leaf<T: Bucketable>(&mut self, value: &T) {
         let (dtype, len) = (<T::Elem as Element>::DTYPE, value.bucket_len());
-        self.push_slot((dtype, len, len), value.shape(), on_device(value));
+        self.push_slot((dtype, len, len), value.shape(), (on_device(value), false));
     }
 
     /// [`add_leaf`](Self::add_leaf) for `reducescatter`.
     #[inline]
     pub(super) fn add_scatter_leaf<T: Scatter>(&mut self, value: &T) {
         let (dtype, len) = (<T::Elem as Element>::DTYPE, value.bucket_len());
-        self.push_slot((dtype, len, value.rows()), value.shape(), on_device(value));
+        self.push_slot(
+            (dtype, len, value.rows()),
+            value.shape(),
+            (on_device(value), false),
+        );
     }
 
     /// Appends a part of `len` host elements of `E` to the layout.
     pub(super) fn add_raw<E: Element>(&mut self, len: usize, rows: usize, shape: &[usize]) {
-        self.push_slot((E::DTYPE, len, rows), shape, false);
+        self.push_slot((E::DTYPE, len, rows), shape, (false, false));
+    }
+
+    /// Appends a list's length, a part without elements whose shape is `shape`.
+    pub(super) fn add_length(&mut self, shape: &[usize]) {
+        self.push_slot((DType::U8, 0, 0), shape, (false, true));
     }
 
     /// Refuses a value during the layout: `run` reports `error` (the first one).
@@ -614,11 +636,17 @@ impl FusedStage {
     /// The error a failed stage reports, with the stage and its values named as written.
     pub(super) fn stage_error(&self, e: StageError, group: &'static str) -> Error {
         // The header counts slots; errors name the value a slot is a part of.
-        let value_of = |slot: usize| {
-            let value = self.places.get(slot).map_or(slot, |p| p.value);
-            (value, self.values.get(value).copied().unwrap_or(""))
+        let slot_of = |slot: usize| {
+            let place = self.places.get(slot);
+            let value = place.map_or(slot, |p| p.value);
+            SlotOf {
+                value,
+                name: self.values.get(value).copied().unwrap_or(""),
+                item: place.and_then(|p| p.item),
+                length: place.is_some_and(|p| p.length),
+            }
         };
-        stage_error(e, group, (self.name, self.rank), value_of)
+        stage_error(e, group, (self.name, self.rank), slot_of)
     }
 }
 
@@ -679,6 +707,9 @@ pub struct Layout<'a> {
     /// The stage concatenates along the first dimension (`allgather`), which the
     /// agreement then does not compare.
     pub(super) gather: bool,
+    /// How deep in the value the walk is: 0 in the value's own `add_parts`, one more in
+    /// each part's.
+    pub(super) depth: usize,
 }
 
 /// Hands a value's parts to the stage after the layout, in the same order (see

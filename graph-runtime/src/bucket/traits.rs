@@ -21,7 +21,8 @@ use crate::{Element, Tensor};
 /// - `Vec<T>` of any other `Bucketable` `T` (tensors, your own types, structs, lists): a
 ///   list, one part per item, each read in place where it can be and each result a view
 ///   where `T`'s is; every rank must put a list of the same length (else
-///   [`Error::ShapeMismatch`]).
+///   [`Error::LengthMismatch`]), and an item that disagrees is named by its position
+///   ([`Error::ShapeMismatch`]'s `item`).
 ///
 /// Implement it for your own types to put them in a bucket; implement [`Gather`] and
 /// [`Scatter`] too for `allgather` and `reducescatter`. For a struct of tensors and
@@ -55,6 +56,7 @@ use crate::{Element, Tensor};
 /// ```
 ///
 /// [`Error::ShapeMismatch`]: crate::Error::ShapeMismatch
+/// [`Error::LengthMismatch`]: crate::Error::LengthMismatch
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot go through a collective",
     label = "this value's type does not implement `Bucketable`",
@@ -417,7 +419,7 @@ impl<T: Bucketable> Bucketable for Vec<T> {
             return layout.leaf(self);
         }
         layout.agree_len(self.len());
-        self.iter().for_each(|item| layout.add(item));
+        layout.items(self, |layout, item| layout.add(item));
     }
     fn hand_parts<'v>(&'v self, hand: &mut Hand<'_, 'v>) {
         if T::__flat(self).is_some() {
@@ -470,7 +472,7 @@ impl<T: Scatter> Scatter for Vec<T> {
             return layout.scatter_leaf(self);
         }
         layout.agree_len(self.len());
-        self.iter().for_each(|item| layout.add_scatter(item));
+        layout.items(self, |layout, item| layout.add_scatter(item));
     }
     fn scatter_parts(&self, parts: &mut Parts<'_>) -> Self {
         if T::__flat(self).is_some() {

@@ -4,7 +4,7 @@
 
 use syn::spanned::Spanned;
 
-use super::{Lowered, Lowerer};
+use super::{Binding, Lowered, Lowerer};
 use crate::diag::tidy;
 use proc_macro2::TokenStream;
 
@@ -27,6 +27,9 @@ impl Lowerer<'_> {
             );
             return None;
         };
+        if self.unbracketed_values(spec, first, c) {
+            return None;
+        }
         let (op, root, params_ok) = self.collective_params(spec, c, args);
         let (exprs, nested) = self.collective_values(fname, spec, first)?;
         let (ins, group) = self.collective_group(fname, &exprs);
@@ -89,6 +92,70 @@ impl Lowerer<'_> {
             return None;
         };
         Some((fname, spec))
+    }
+
+    /// Whether the call passes values where its parameters go, as in `allreduce(g, l, Avg)`:
+    /// a list written without its brackets. It is then reported once, with the call as it
+    /// is written with them, instead of an error for each value read as a reduce op, a root
+    /// or an argument too many.
+    fn unbracketed_values(
+        &mut self,
+        spec: &CollectiveSpec,
+        first: &syn::Expr,
+        c: &syn::ExprCall,
+    ) -> bool {
+        let rest: Vec<&syn::Expr> = c.args.iter().skip(1).collect();
+        let too_many = rest.len() > spec.params.len();
+        let (values, params): (Vec<&syn::Expr>, Vec<&syn::Expr>) = rest
+            .into_iter()
+            .partition(|e| self.written_as_value(e, too_many));
+        let Some(last) = values.last() else {
+            return false;
+        };
+        let listed = match first {
+            syn::Expr::Array(a) => a.elems.iter().collect(),
+            e => vec![e],
+        };
+        let listed: Vec<String> = listed
+            .into_iter()
+            .chain(values.iter().copied())
+            .map(tidy)
+            .collect();
+        let params: String = params.iter().map(|p| format!(", {}", tidy(p))).collect();
+        self.diag.error_at(
+            quote::quote!(#first #last),
+            format!(
+                "`{}` takes one value or one list of values; several values are written in brackets: `{}([{}]{params})`",
+                spec.name,
+                spec.name,
+                listed.join(", "),
+            ),
+        );
+        true
+    }
+
+    /// Whether an argument after the first is written as a value rather than as a
+    /// parameter: a per-actor value of the graph (defined above or below), or a method
+    /// call. When the call has more arguments than the collective takes, any other name
+    /// that is not a reduce op or a group too: a graph input, or a value misspelt, which
+    /// the call with brackets then reports. A graph input in a parameter's place is
+    /// otherwise taken for a parameter (`broadcast(x, r)`, a root that is not a literal).
+    fn written_as_value(&self, e: &syn::Expr, too_many: bool) -> bool {
+        let ident = match e {
+            syn::Expr::MethodCall(_) => return true,
+            syn::Expr::Path(p) if !looks_like_op(e) => p.path.get_ident(),
+            _ => None,
+        };
+        let Some(ident) = ident else {
+            return false;
+        };
+        let name = ident.to_string();
+        match self.scope.get(&name) {
+            Some((Binding::Value(v), _)) if self.values[*v].place().is_some() => true,
+            Some((Binding::Group(_), _)) => false,
+            Some(_) => too_many,
+            None => too_many || self.defined_later.contains_key(&name),
+        }
     }
 
     /// The value expressions of the first argument, and whether it is a list: `None` (and
