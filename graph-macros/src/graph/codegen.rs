@@ -7,15 +7,21 @@
 //! block (serde_derive's pattern), which imports the runtime as `rt::local()` and names
 //! every type it spells more than once by a block-local alias (see `types`): nothing
 //! outside sees those names, and they start with `__`, so none shadows a user's.
+//!
+//! What rustdoc shows of a graph is written for its user: one rank's output is a public
+//! alias, `<Graph>Output`, documented from the graph (see `doc`); the parameters of the
+//! public methods have plain names, hygienic (`Span::mixed_site`) so that none clashes
+//! with a group or input of the same name; every impl that is the graphs' plumbing is
+//! `#[doc(hidden)]`.
 
-use proc_macro2::{Ident, TokenStream};
+use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 
 use super::ir::{Check, CheckKind, Graph, OpKind, Place};
 use super::plan::{edge_type, list, output_type, GroupPlan};
 use super::schedule::{self, Route, Schedule};
 use super::types::{checked_alias, method_aliases, privacy_alias};
-use super::{dot, step};
+use super::{doc, dot, step};
 use crate::respan::{respan, respan_ends};
 use crate::rt;
 
@@ -24,10 +30,6 @@ use crate::rt;
 const LAUNCH_ACTORS_DOC: &str = concat!(
     " Like `launch_with`, with each group's actors as `Actors`: ready, or made on their own",
     " threads by `Actors::each` (then they need not be `Send`)."
-);
-const EXECUTE_DOC: &str = concat!(
-    " Runs the graph once on every actor and returns its output, indexed by rank; a failure",
-    " on any rank is one typed error (see `actorgraph::reference`)."
 );
 const EXECUTE_TIMEOUT_DOC: &str =
     " Like `execute`; after `timeout`, `Error::Timeout`, and the graph is broken.";
@@ -52,6 +54,13 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
 
     let out_ty = output_type(g);
     let driver_ty = driver_type(g, &groups, &out_ty);
+    let out_alias = output_alias(name);
+    let (backend, options, timeout, ticket) = (
+        param("backend"),
+        param("options"),
+        param("timeout"),
+        param("ticket"),
+    );
 
     // launch
     let params = |ready| -> Vec<TokenStream> {
@@ -87,7 +96,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     } else {
         (
             quote! {
-                let mut __links = #rt::Links::wired(&backend)?;
+                let mut __links = #rt::Links::wired(&#backend)?;
                 let __edges = (#(#edges,)*);
             },
             quote!(&__links, &__edges),
@@ -102,7 +111,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         quote! {
             let #field = #rt::Group::start(
                 #rt::GroupSpec { name: #s, stages: &[#(#stages),*], schedule: #schedule },
-                &__options, #n, &backend, #links_arg, #step::<__B::Comm>,
+                &#options, #n, &#backend, #links_arg, #step,
             )?;
         }
     });
@@ -127,13 +136,14 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let inputs = quote!((#(#input_names,)*));
 
     let (teardown_ty, each_ty, teardown, teardown_each) = teardown_bodies(g);
-    // Spanned at the group's actor type, where a missing `Send` is reported.
+    // Spanned at the group's actor type, where a missing `Send` is reported; `for<'a>`
+    // keeps a bound that does not hold from failing the graph's definition.
     let send_bounds: Vec<TokenStream> = g
         .groups
         .iter()
         .map(|d| {
             let a = &d.actor;
-            quote_spanned!(syn::spanned::Spanned::span(a)=> for<'__a> #a: ::core::marker::Send)
+            quote_spanned!(syn::spanned::Spanned::span(a)=> for<'a> #a: ::core::marker::Send)
         })
         .collect();
 
@@ -148,12 +158,19 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let dot = dot::to_dot(g, &sched);
     let fingerprint = fingerprint(g, &dot, &out_ty);
     let ranks_doc = RANKS_DOC;
-    let (launch_actors_doc, execute_doc, execute_timeout_doc, teardown_doc) = (
-        LAUNCH_ACTORS_DOC,
-        EXECUTE_DOC,
-        EXECUTE_TIMEOUT_DOC,
-        TEARDOWN_DOC,
+    let output_doc = doc::output(g);
+    let execute_doc = format!(
+        " Runs the graph once on every actor and returns one [`{out_alias}`] per rank: \
+         {output_doc}. A failure on any rank is one typed error (see `actorgraph::reference`)."
     );
+    let alias_doc = format!(
+        " One rank's output of [`{name}`]: {output_doc}. Its `execute`, `wait` and their \
+         variants return one per rank. rustdoc shows the type as the graph spells it for the \
+         compiler: each part is the type of the method that makes it, as the collective \
+         hands it back."
+    );
+    let (launch_actors_doc, execute_timeout_doc, teardown_doc) =
+        (LAUNCH_ACTORS_DOC, EXECUTE_TIMEOUT_DOC, TEARDOWN_DOC);
     let index_asserts = index_asserts(g);
     let (method_calls, method_aliases) = method_calls(g);
     let value_checks = value_checks(g, &sched);
@@ -167,6 +184,9 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             __driver: #path::Driven<#name, #privacy>,
         }
 
+        #[doc = #alias_doc]
+        #vis type #out_alias = <#name as #path::GraphDriver<#privacy>>::Output;
+
         #(#method_calls)*
         #(#index_asserts)*
 
@@ -176,11 +196,13 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         const _: () = {
             #import
             type #p = #privacy;
-            type __R = #rt::Result<#rt::Vec<#out_ty>, #rt::Error>;
+            type __R = #rt::Result<#rt::Vec<#out_alias>, #rt::Error>;
 
             #(#method_aliases)*
+            #[doc(hidden)]
             impl #rt::GraphDriver<#p> for #name {
                 type Driver = #driver_ty;
+                type Output = #out_ty;
             }
             #(#value_checks)*
 
@@ -193,32 +215,32 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 pub const FINGERPRINT: ::core::primitive::u64 = #fingerprint;
 
                 #[doc = #launch_doc]
-                pub fn launch<__B: #rt::Backend>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error>
+                pub fn launch(#(#group_params,)* #backend: impl #rt::Backend) -> #rt::Result<Self, #rt::Error>
                 where
                     #(#send_bounds,)*
                 {
-                    Self::launch_with(#(#group_names_launch,)* backend, #rt::LaunchOptions::default())
+                    Self::launch_with(#(#group_names_launch,)* #backend, #rt::LaunchOptions::default())
                 }
 
                 /// Like `launch`, with options (`max_in_flight` for pipelining).
-                pub fn launch_with<__B: #rt::Backend>(#(#group_params2,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error>
+                pub fn launch_with(#(#group_params2,)* #backend: impl #rt::Backend, #options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error>
                 where
                     #(#send_bounds,)*
                 {
-                    Self::launch_actors(#(#rt::Actors::from(#group_names_launch2),)* backend, __options)
+                    Self::launch_actors(#(#rt::Actors::from(#group_names_launch2),)* #backend, #options)
                 }
 
                 #[doc = #launch_actors_doc]
-                pub fn launch_actors<__B: #rt::Backend>(#(#actors_params,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
+                pub fn launch_actors(#(#actors_params,)* #backend: impl #rt::Backend, #options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
                     #join
                     #(#to_vecs)*
                     #checks
                     #links
-                    let #launched = #rt::settle(&backend, (|| -> #rt::Result<_, #rt::Error> {
+                    let #launched = #rt::settle(&#backend, (|| -> #rt::Result<_, #rt::Error> {
                         #(#launches)*
                         #rt::Result::Ok(#launched)
                     })())?;
-                    let __driver = #rt::Driven::new(#launched, __options, #split, #assemble);
+                    let __driver = #rt::Driven::new(#launched, #options, #split, #assemble);
                     #rt::Result::Ok(Self { __driver })
                 }
 
@@ -228,8 +250,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 }
 
                 #[doc = #execute_timeout_doc]
-                pub fn execute_timeout(&mut self, #(#input_params,)* timeout: #rt::Duration) -> __R {
-                    self.__driver.0.execute_timeout(#inputs, timeout)
+                pub fn execute_timeout(&mut self, #(#input_params,)* #timeout: #rt::Duration) -> __R {
+                    self.__driver.0.execute_timeout(#inputs, #timeout)
                 }
 
                 /// Like `execute`, as a future that never blocks the executor's thread.
@@ -243,13 +265,13 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 }
 
                 /// Waits for the execution of `ticket` and returns its output, as `execute`.
-                pub fn wait(&mut self, ticket: #rt::Ticket) -> __R {
-                    self.__driver.0.wait(ticket)
+                pub fn wait(&mut self, #ticket: #rt::Ticket) -> __R {
+                    self.__driver.0.wait(#ticket)
                 }
 
                 /// `wait` as a future that never blocks the executor's thread.
-                pub fn wait_async(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = __R> + '_ {
-                    self.__driver.0.wait_async(ticket)
+                pub fn wait_async(&mut self, #ticket: #rt::Ticket) -> impl ::core::future::Future<Output = __R> + '_ {
+                    self.__driver.0.wait_async(#ticket)
                 }
 
                 /// The executions submitted whose results are neither read nor discarded yet.
@@ -365,8 +387,9 @@ fn join_sizes(g: &Graph, sched: &Schedule, name: &Ident) -> TokenStream {
     let edge_values = sched.edges.iter().map(|e| &g.values[e.value].label);
     let group_count = g.groups.len();
     let graph_name = name.to_string();
+    let backend = param("backend");
     quote! {
-        let [#(#size_vars),*] = #rt::join::<_, #group_count>(&backend, &#rt::GraphInfo {
+        let [#(#size_vars),*] = #rt::join::<_, #group_count>(&#backend, &#rt::GraphInfo {
             name: #graph_name,
             fingerprint: Self::FINGERPRINT,
             groups: &[#(#local_sizes),*],
@@ -425,6 +448,17 @@ fn teardown_bodies(g: &Graph) -> (TokenStream, TokenStream, TokenStream, TokenSt
             },
         )
     }
+}
+
+/// The public alias of one rank's output of graph `name`: `<name>Output`.
+pub(super) fn output_alias(name: &Ident) -> Ident {
+    format_ident!("{}Output", name)
+}
+
+/// A parameter of the graph's public methods, named as rustdoc shows it: hygienic, so that
+/// a group or input of the same name is another variable.
+fn param(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
 }
 
 fn group_var(name: &Ident) -> Ident {
@@ -623,6 +657,7 @@ fn method_calls(g: &Graph) -> (Vec<TokenStream>, Vec<TokenStream>) {
                 let f = quote!(#f::<#actor>);
                 let lookup = quote_spanned!(*parens=> #f(#text, #name, #n));
                 let call_impl = quote! {
+                    #[doc(hidden)]
                     impl #rt::MethodCall<#call> for #graph {
                         type Method = #rt::MethodId<{ #lookup }>;
                     }
@@ -706,6 +741,7 @@ fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
             let alias = checked_alias(graph, k);
             quote! {
                 #alias
+                #[doc(hidden)]
                 impl #rt::Checked<#k, #p> for #graph {
                     type Type = <#ty as #rt::Valid<{ #check }>>::Type;
                 }

@@ -51,6 +51,8 @@ fn main() -> Result<(), Error> {
     assert_eq!((h.ranks("workers"), h.group_size("heads")), (Some(0..2), Some(2)));
     assert_ne!(G::FINGERPRINT, 0);
     let waited: Vec<(Tensor<f32>, f32)> = h.wait(ticket)?;
+    let named: Vec<GOutput> = h.execute(Tensor::zeros([1]))?;
+    assert_eq!(named.len(), 2);
     drop(run_async(&mut h, Tensor::zeros([1])));
     assert_eq!(out.len() + late.len() + waited.len(), 6);
     let (workers, heads) = g.teardown()?;
