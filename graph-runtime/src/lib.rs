@@ -182,6 +182,24 @@ pub mod __private {
         value.clone()
     }
 
+    /// A fixed-size group's actors (`[Worker; N]`) as `teardown` hands them back: an array,
+    /// as `launch` took them. A process that hosts only some of them (a graph over several
+    /// processes) cannot fill one: that is an error, and `teardown_each` the way to get
+    /// them back.
+    pub fn fixed_group<A, const N: usize>(
+        group: &'static str,
+        actors: Vec<A>,
+    ) -> Result<[A; N], Error> {
+        let got = actors.len();
+        <[A; N]>::try_from(actors).map_err(|_| {
+            Error::Unsupported(format!(
+                "group `{group}` has {N} actors and this process hosts {got} of them: \
+                 `teardown` hands a fixed-size group back as an array only from a process \
+                 that hosts all of it; `teardown_each` hands back each hosted actor"
+            ))
+        })
+    }
+
     /// Checks, at launch, that a group of fixed size (`[Worker; N]`) got `N` actors.
     pub fn check_size(group: &'static str, expected: usize, got: usize) -> Result<(), Error> {
         if expected == got {

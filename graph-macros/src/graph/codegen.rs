@@ -38,8 +38,10 @@ const RANKS_DOC: &str = concat!(
     " such group): all of them, unless the graph spans processes (see the MPI backend); entry",
     " `i` of an output zipped by `group`'s ranks belongs to rank `ranks(group).start + i`."
 );
-const TEARDOWN_DOC: &str =
-    " Stops the actor threads and hands the actors back by rank; an error if any is not intact.";
+const TEARDOWN_DOC: &str = concat!(
+    " Stops the actor threads and hands the actors back by rank, a fixed-size group's as an",
+    " array; an error if any is not intact."
+);
 
 pub(crate) fn expand(g: &Graph) -> TokenStream {
     let rt = rt::local();
@@ -399,7 +401,9 @@ fn join_sizes(g: &Graph, sched: &Schedule, name: &Ident) -> TokenStream {
 }
 
 /// `teardown`'s and `teardown_each`'s return types and bodies. They hand the actors back to
-/// this thread, so only there must the actors be `Send`.
+/// this thread, so only there must the actors be `Send`. `teardown` hands a fixed-size
+/// group back as the array `launch` took; `teardown_each` as a `Vec`, which never fails:
+/// a process of a graph over several processes hosts only some of a group's actors.
 fn teardown_bodies(g: &Graph) -> (TokenStream, TokenStream, TokenStream, TokenStream) {
     let rt = rt::local();
     let actor_vecs: Vec<TokenStream> = g
@@ -407,13 +411,29 @@ fn teardown_bodies(g: &Graph) -> (TokenStream, TokenStream, TokenStream, TokenSt
         .iter()
         .map(|d| {
             let a = &d.actor;
-            quote!(#rt::Vec<#a>)
+            match &d.size {
+                Some((len, _)) => quote!([#a; #len]),
+                None => quote!(#rt::Vec<#a>),
+            }
         })
         .collect();
     let torn: Vec<Ident> = g
         .groups
         .iter()
         .map(|d| format_ident!("__torn_{}", d.name))
+        .collect();
+    // Each group's actors as `teardown` returns them.
+    let arrays: Vec<TokenStream> = g
+        .groups
+        .iter()
+        .zip(&torn)
+        .map(|(d, t)| match &d.size {
+            Some((len, _)) => {
+                let s = d.name.to_string();
+                quote!(#rt::fixed_group::<_, { #len }>(#s, #t)?)
+            }
+            None => quote!(#t),
+        })
         .collect();
     let each_vecs: Vec<TokenStream> = g
         .groups
@@ -427,11 +447,14 @@ fn teardown_bodies(g: &Graph) -> (TokenStream, TokenStream, TokenStream, TokenSt
     // several groups' as a tuple.
     let torn_list = list(torn.iter().map(|t| quote!(#t)));
     if g.groups.len() == 1 {
-        let (t, e) = (&actor_vecs[0], &each_vecs[0]);
+        let (t, e, torn, array) = (&actor_vecs[0], &each_vecs[0], &torn[0], &arrays[0]);
         (
             quote!(#t),
             quote!(#e),
-            quote!(#rt::Result::Ok(self.__driver.0.teardown()?.0)),
+            quote! {
+                let #torn = self.__driver.0.teardown()?.0;
+                #rt::Result::Ok(#array)
+            },
             quote!(self.__driver.0.teardown_each().0),
         )
     } else {
@@ -440,7 +463,7 @@ fn teardown_bodies(g: &Graph) -> (TokenStream, TokenStream, TokenStream, TokenSt
             quote!((#(#each_vecs),*)),
             quote! {
                 let #torn_list = self.__driver.0.teardown()?;
-                #rt::Result::Ok((#(#torn),*))
+                #rt::Result::Ok((#(#arrays),*))
             },
             quote! {
                 let #torn_list = self.__driver.0.teardown_each();

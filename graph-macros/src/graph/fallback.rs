@@ -48,9 +48,12 @@ pub(crate) fn expand(def: &GraphDef) -> TokenStream {
     };
     let vecs: Vec<TokenStream> = groups
         .iter()
-        .map(|&(_, a, _)| {
+        .map(|&(_, a, size)| {
             let a = actor_ty(a);
-            quote!(#rt::Vec<#a>)
+            match size {
+                Some(len) => quote!([#a; #len]),
+                None => quote!(#rt::Vec<#a>),
+            }
         })
         .collect();
     let eaches: Vec<TokenStream> = groups

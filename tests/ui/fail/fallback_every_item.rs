@@ -55,7 +55,7 @@ fn main() -> Result<(), Error> {
     assert_eq!(named.len(), 2);
     drop(run_async(&mut h, Tensor::zeros([1])));
     assert_eq!(out.len() + late.len() + waited.len(), 6);
-    let (workers, heads) = g.teardown()?;
+    let (workers, heads): (Vec<Worker>, [Head; 2]) = g.teardown()?;
     assert_eq!(workers.len() + heads.len(), 4);
     let (workers, heads) = h.teardown_each();
     for w in workers.into_iter().chain(heads.into_iter().map(|h| h.map(|_| Worker))) {

@@ -164,6 +164,15 @@ fn a_fixed_size_group_is_launched_as_declared() {
 }
 
 #[test]
+fn a_fixed_size_group_comes_back_as_an_array() {
+    let text = page("struct.Step.html");
+    assert!(shows(
+        &text,
+        "pub fn teardown(self) -> Result<[Worker; 4], Error>"
+    ));
+}
+
+#[test]
 fn an_actor_shows_its_own_items_only() {
     let text = page("struct.Worker.html");
     assert_no_plumbing("Worker", &text);
