@@ -57,8 +57,9 @@ pub mod __private {
     pub use crate::comm::{Backend, Collective, Communicator, GraphInfo, ReduceOp};
     pub use crate::exec::GroupSpec;
     pub use crate::exec::{
-        Actors, Deal, Driven, Driver, Edge, EdgeValue, Elements, GraphDriver, Group, LaunchOptions,
-        Links, PerRankValues, RankInputs, Route, Stage, StepCtx, StepFn, SyncPoint, Ticket,
+        group_sizes, Actors, Deal, Driven, Driver, Edge, EdgeValue, Elements, GraphDriver, Group,
+        LaunchOptions, Links, PerRankValues, RankInputs, Route, Stage, StepCtx, StepFn, SyncPoint,
+        Ticket,
     };
     pub use crate::method::{
         checked, destructures, gatherable, input, method_index, rank_input, sendable, splittable,

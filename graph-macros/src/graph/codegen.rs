@@ -112,7 +112,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         let (_, schedule) = &steps[p.index];
         quote! {
             let #field = #rt::Group::start(
-                #rt::GroupSpec { name: #s, stages: &[#(#stages),*], schedule: #schedule },
+                #rt::GroupSpec { name: #s, stages: &[#(#stages),*], schedule: #schedule, groups: __groups },
                 &#options, #n, &#backend, #links_arg, #step,
             )?;
         }
@@ -378,10 +378,13 @@ fn wire_edges(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
 }
 
 /// The start of `launch`: it asks the backend for each group's size (the sizes of a graph
-/// spanning processes are the sum of theirs), which every check then uses.
+/// spanning processes are the sum of theirs), which every check then uses, and which every
+/// actor's `Ctx` gets (`__groups`).
 fn join_sizes(g: &Graph, sched: &Schedule, name: &Ident) -> TokenStream {
     let rt = rt::local();
     let size_vars = g.groups.iter().map(|d| size_var(&d.name));
+    let size_vars2 = size_vars.clone();
+    let names = g.groups.iter().map(|d| d.name.to_string());
     let local_sizes = g.groups.iter().map(|d| {
         let (n, s) = (&d.name, d.name.to_string());
         quote!((#s, #n.len()))
@@ -397,6 +400,7 @@ fn join_sizes(g: &Graph, sched: &Schedule, name: &Ident) -> TokenStream {
             groups: &[#(#local_sizes),*],
             edges: &[#(#edge_values),*],
         })?;
+        let __groups = #rt::group_sizes(&[#((#names, #size_vars2)),*]);
     }
 }
 

@@ -138,10 +138,12 @@ where
         edges: &E,
         step: impl Fn(&mut A, &mut StepCtx<B::Comm>, &I, &E) -> Result<O, Error> + Copy + Send + 'static,
     ) -> Result<Self, Error> {
+        // A hand-written step's context knows its own group's size only.
         let spec = GroupSpec {
             name,
             stages: stage_names,
             schedule,
+            groups: &[],
         };
         Self::start(spec, options, actors, backend, links, edges, step)
     }
@@ -192,6 +194,7 @@ where
                     name,
                     stages: stage_names,
                     schedule,
+                    groups,
                 },
             rank,
             make,
@@ -212,7 +215,7 @@ where
             .spawn(move || {
                 let _dispatch = dispatch.enter();
                 crate::sync::actor_started();
-                rank::Ctx::new(name, global, group_size).enter();
+                rank::Ctx::new(name, global, group_size, groups).enter();
                 let guard = ExitGuard {
                     shared: &shared,
                     rank,
@@ -243,7 +246,7 @@ where
                     Some(send) => {
                         let helped = Arc::new(Helped::new(
                             send(actor),
-                            rank::Ctx::new(name, global, group_size),
+                            rank::Ctx::new(name, global, group_size, groups),
                             ctx,
                             step,
                         ));
