@@ -59,8 +59,9 @@ pub mod __private {
     pub use crate::exec::Ctx;
     pub use crate::exec::GroupSpec;
     pub use crate::exec::{
-        Actors, Deal, Driven, Driver, Edge, EdgeValue, Elements, GraphDriver, Group, LaunchOptions,
-        Links, PerRankValues, RankInputs, Route, Stage, StepCtx, StepFn, SyncPoint, Ticket,
+        group_sizes, Actors, Deal, Driven, Driver, Edge, EdgeValue, Elements, GraphDriver, Group,
+        LaunchOptions, Links, PerRankValues, RankInputs, Route, Stage, StepCtx, StepFn, SyncPoint,
+        Ticket,
     };
     pub use crate::method::{
         checked, destructures, gatherable, input, method_index, rank_input, sendable, splittable,
@@ -182,6 +183,24 @@ pub mod __private {
     /// A value that several actors read, cloned for one of them.
     pub fn clone_value<T: EdgeValue>(value: &T) -> T {
         value.clone()
+    }
+
+    /// A fixed-size group's actors (`[Worker; N]`) as `teardown` hands them back: an array,
+    /// as `launch` took them. A process that hosts only some of them (a graph over several
+    /// processes) cannot fill one: that is an error, and `teardown_each` the way to get
+    /// them back.
+    pub fn fixed_group<A, const N: usize>(
+        group: &'static str,
+        actors: Vec<A>,
+    ) -> Result<[A; N], Error> {
+        let got = actors.len();
+        <[A; N]>::try_from(actors).map_err(|_| {
+            Error::Unsupported(format!(
+                "group `{group}` has {N} actors and this process hosts {got} of them: \
+                 `teardown` hands a fixed-size group back as an array only from a process \
+                 that hosts all of it; `teardown_each` hands back each hosted actor"
+            ))
+        })
     }
 
     /// Checks, at launch, that a group of fixed size (`[Worker; N]`) got `N` actors.

@@ -191,6 +191,10 @@ pub trait Checked<const K: usize, P: ?Sized> {
 }
 
 /// `Self`, once a check in a constant has passed (see [`Checked`]).
+// Hidden, so that rustdoc lists its blanket impl on no type of a user's crate (rustdoc
+// ignores a hidden impl of a visible trait from another crate); rustc's messages then name
+// it by its path, `actorgraph::..`.
+#[doc(hidden)]
 pub trait Valid<const OK: bool> {
     /// `Self`.
     type Type: ?Sized;
@@ -207,6 +211,10 @@ impl<T: ?Sized> Valid<true> for T {
     label = "this value goes to another thread",
     note = "a graph's output goes back to the caller, and a value that other actors read goes to their threads; a value used only on its own actor need not be `Send`"
 )]
+// Hidden, so that rustdoc lists its blanket impl on no type of a user's crate (rustdoc
+// ignores a hidden impl of a visible trait from another crate); rustc's messages then name
+// it by its path, `actorgraph::..`.
+#[doc(hidden)]
 pub trait Sendable: Send + 'static {}
 
 impl<T: Send + 'static> Sendable for T {}
@@ -223,6 +231,10 @@ pub const fn sendable<T: Sendable>() -> bool {
     label = "every actor that reads this input gets a clone of it, on its own thread",
     note = "a `Tensor` clone copies no data"
 )]
+// Hidden, so that rustdoc lists its blanket impl on no type of a user's crate (rustdoc
+// ignores a hidden impl of a visible trait from another crate); rustc's messages then name
+// it by its path, `actorgraph::..`.
+#[doc(hidden)]
 pub trait Input: Clone + Send + 'static {}
 
 impl<T: Clone + Send + 'static> Input for T {}
@@ -239,6 +251,10 @@ pub const fn input<T: Input>() -> bool {
     label = "each value of this input moves to its actor's thread",
     note = "a per-rank value is moved, never cloned, so it need not be `Clone`"
 )]
+// Hidden, so that rustdoc lists its blanket impl on no type of a user's crate (rustdoc
+// ignores a hidden impl of a visible trait from another crate); rustc's messages then name
+// it by its path, `actorgraph::..`.
+#[doc(hidden)]
 pub trait RankInput: Send + 'static {}
 
 impl<T: Send + 'static> RankInput for T {}

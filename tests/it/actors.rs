@@ -166,6 +166,31 @@ graph! {
     }
 }
 
+graph! {
+    BumpPair(counters: [Counter; 2]) {
+        let n = counters.bump();
+        allreduce(n)
+    }
+}
+
+#[test]
+fn teardown_hands_a_fixed_size_group_back_as_the_array_launch_took() {
+    let mut g = BumpPair::launch([Counter { n: 0 }, Counter { n: 10 }], Cpu).unwrap();
+    assert_eq!(g.execute().unwrap(), vec![12, 12]);
+    let counters: [Counter; 2] = g.teardown().unwrap();
+    assert_eq!(counters.map(|c| c.n), [1, 11]);
+}
+
+#[test]
+fn a_process_that_hosts_part_of_a_fixed_size_group_cannot_fill_its_array() {
+    // What `teardown` meets in a graph over several processes; `teardown_each` is the way.
+    let part = actorgraph::__private::fixed_group::<u8, 3>("counters", vec![1, 2]);
+    match part {
+        Err(Error::Unsupported(why)) => assert!(why.contains("teardown_each"), "{why}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
 #[test]
 fn send_actors_made_on_their_threads_come_back_at_teardown() {
     let made = Actors::each(2, |rank, _| Counter {

@@ -1,6 +1,6 @@
 //! The rank context (`Ctx::current`): every actor of every group sees its own rank, its
-//! group's size and name, in methods and in constructors run on its thread, on every
-//! execution; other threads see none.
+//! group's size and name, and every group's size, in methods and in constructors run on
+//! its thread, on every execution; other threads see none.
 
 use actorgraph::prelude::*;
 
@@ -20,6 +20,10 @@ impl Worker {
     fn made_on(&mut self) -> Option<Ctx> {
         self.made_on
     }
+    fn sizes(&mut self) -> [Option<usize>; 3] {
+        let ctx = Ctx::current().expect("on an actor thread");
+        ["workers", "coord", "nobody"].map(|group| ctx.group_size(group))
+    }
 }
 
 #[actor]
@@ -28,6 +32,10 @@ impl Coord {
         let ctx = Ctx::current().expect("on an actor thread");
         (ctx.rank(), ctx.size(), ctx.group().to_string())
     }
+    fn sizes(&mut self) -> [Option<usize>; 3] {
+        let ctx = Ctx::current().expect("on an actor thread");
+        ["workers", "coord", "nobody"].map(|group| ctx.group_size(group))
+    }
 }
 
 graph! {
@@ -35,6 +43,14 @@ graph! {
         let w = workers.whoami(step);
         let c = coord.whoami();
         (w, c)
+    }
+}
+
+graph! {
+    Sizes(workers: [Worker], coord: [Coord; 1]) {
+        let w = workers.sizes();
+        let c = coord.sizes();
+        (w, c[0])
     }
 }
 
@@ -63,6 +79,20 @@ fn every_rank_of_every_group_sees_its_own_context_on_every_execution() {
                 (0, 1, "coord".to_string())
             )]
         );
+    }
+    g.teardown().unwrap();
+}
+
+#[test]
+fn every_actor_sees_the_size_of_every_group() {
+    let workers = (0..3).map(|_| Worker { made_on: None }).collect();
+    let mut g = Sizes::launch(workers, [Coord], Cpu).unwrap();
+    let sizes = [Some(3), Some(1), None];
+    let out = g.execute().unwrap();
+    assert_eq!(out.len(), 3);
+    for (rank, (w, c)) in out.into_iter().enumerate() {
+        assert_eq!(w, sizes);
+        assert_eq!(c, (rank == 0).then_some(sizes));
     }
     g.teardown().unwrap();
 }

@@ -42,11 +42,13 @@ pub(crate) fn expand(actor: &Actor) -> TokenStream {
         let bindings = (0..node.params.len()).map(|i| format_ident!("__a{}", i));
         Some(quote! {
             #(#cfgs)*
+            #[doc(hidden)]
             impl #impl_generics #rt::Signature<#id> for #self_ty #where_clause {
                 type Args<#lt> = (#(#arg_tys,)*) where Self: #lt;
                 type Output = #output;
             }
             #(#cfgs)*
+            #[doc(hidden)]
             impl #impl_generics #rt::Method<#id> for #self_ty
             where
                 #(#preds,)*
@@ -66,7 +68,10 @@ pub(crate) fn expand(actor: &Actor) -> TokenStream {
             }
         })
     });
+    // Hidden from rustdoc, as every impl the macros emit: they are the graphs' plumbing,
+    // not the actor's API, and would fill its page with `__` names and projections.
     quote! {
+        #[doc(hidden)]
         impl #impl_generics #rt::Actor for #self_ty #where_clause {
             const METHODS: &'static [#rt::MethodInfo] = &[#(#infos),*];
         }

@@ -7,15 +7,21 @@
 //! block (serde_derive's pattern), which imports the runtime as `rt::local()` and names
 //! every type it spells more than once by a block-local alias (see `types`): nothing
 //! outside sees those names, and they start with `__`, so none shadows a user's.
+//!
+//! What rustdoc shows of a graph is written for its user: one rank's output is a public
+//! alias, `<Graph>Output`, documented from the graph (see `doc`); the parameters of the
+//! public methods have plain names, hygienic (`Span::mixed_site`) so that none clashes
+//! with a group or input of the same name; every impl that is the graphs' plumbing is
+//! `#[doc(hidden)]`.
 
-use proc_macro2::{Delimiter, Group, Ident, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
 
 use super::ir::{Check, CheckKind, Graph, OpKind, Place};
 use super::plan::{edge_type, list, output_type, GroupPlan};
 use super::schedule::{self, Route, Schedule};
 use super::types::{checked_alias, method_aliases, privacy_alias};
-use super::{dot, step};
+use super::{doc, dot, step};
 use crate::respan::{respan, respan_ends};
 use crate::rt;
 
@@ -25,10 +31,6 @@ const LAUNCH_ACTORS_DOC: &str = concat!(
     " Like `launch_with`, with each group's actors as `Actors`: ready, or made on their own",
     " threads by `Actors::each` (then they need not be `Send`)."
 );
-const EXECUTE_DOC: &str = concat!(
-    " Runs the graph once on every actor and returns its output, indexed by rank; a failure",
-    " on any rank is one typed error (see `actorgraph::reference`)."
-);
 const EXECUTE_TIMEOUT_DOC: &str =
     " Like `execute`; after `timeout`, `Error::Timeout`, and the graph is broken.";
 const RANKS_DOC: &str = concat!(
@@ -36,8 +38,10 @@ const RANKS_DOC: &str = concat!(
     " such group): all of them, unless the graph spans processes (see the MPI backend); entry",
     " `i` of an output zipped by `group`'s ranks belongs to rank `ranks(group).start + i`."
 );
-const TEARDOWN_DOC: &str =
-    " Stops the actor threads and hands the actors back by rank; an error if any is not intact.";
+const TEARDOWN_DOC: &str = concat!(
+    " Stops the actor threads and hands the actors back by rank, a fixed-size group's as an",
+    " array; an error if any is not intact."
+);
 
 pub(crate) fn expand(g: &Graph) -> TokenStream {
     let rt = rt::local();
@@ -52,6 +56,13 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
 
     let out_ty = output_type(g);
     let driver_ty = driver_type(g, &groups, &out_ty);
+    let out_alias = output_alias(name);
+    let (backend, options, timeout, ticket) = (
+        param("backend"),
+        param("options"),
+        param("timeout"),
+        param("ticket"),
+    );
 
     // launch
     let params = |ready| -> Vec<TokenStream> {
@@ -87,7 +98,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     } else {
         (
             quote! {
-                let mut __links = #rt::Links::wired(&backend)?;
+                let mut __links = #rt::Links::wired(&#backend)?;
                 let __edges = (#(#edges,)*);
             },
             quote!(&__links, &__edges),
@@ -101,8 +112,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         let (_, schedule) = &steps[p.index];
         quote! {
             let #field = #rt::Group::start(
-                #rt::GroupSpec { name: #s, stages: &[#(#stages),*], schedule: #schedule },
-                &__options, #n, &backend, #links_arg, #step::<__B::Comm>,
+                #rt::GroupSpec { name: #s, stages: &[#(#stages),*], schedule: #schedule, groups: __groups },
+                &#options, #n, &#backend, #links_arg, #step,
             )?;
         }
     });
@@ -114,7 +125,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     // The process's actors, all groups', share its cores: resolved once, before any
     // group's threads start.
     let local_actors = g.groups.iter().map(|d| &d.name);
-    let threads = quote!(let __options = __options.resolve_threads(0 #(+ #local_actors.len())*););
+    let threads = quote!(let #options = #options.resolve_threads(0 #(+ #local_actors.len())*););
     let split = split(g, &groups);
     let assemble = assemble(g, &groups);
 
@@ -132,13 +143,14 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
 
     let (teardown_ty, each_ty, teardown, teardown_each) = teardown_bodies(g);
     let each_methods = each_methods(g);
-    // Spanned at the group's actor type, where a missing `Send` is reported.
+    // Spanned at the group's actor type, where a missing `Send` is reported; `for<'a>`
+    // keeps a bound that does not hold from failing the graph's definition.
     let send_bounds: Vec<TokenStream> = g
         .groups
         .iter()
         .map(|d| {
             let a = &d.actor;
-            quote_spanned!(syn::spanned::Spanned::span(a)=> for<'__a> #a: ::core::marker::Send)
+            quote_spanned!(syn::spanned::Spanned::span(a)=> for<'a> #a: ::core::marker::Send)
         })
         .collect();
 
@@ -153,12 +165,19 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let dot = dot::to_dot(g, &sched);
     let fingerprint = fingerprint(g, &dot, &out_ty);
     let ranks_doc = RANKS_DOC;
-    let (launch_actors_doc, execute_doc, execute_timeout_doc, teardown_doc) = (
-        LAUNCH_ACTORS_DOC,
-        EXECUTE_DOC,
-        EXECUTE_TIMEOUT_DOC,
-        TEARDOWN_DOC,
+    let output_doc = doc::output(g);
+    let execute_doc = format!(
+        " Runs the graph once on every actor and returns one [`{out_alias}`] per rank: \
+         {output_doc}. A failure on any rank is one typed error (see `actorgraph::reference`)."
     );
+    let alias_doc = format!(
+        " One rank's output of [`{name}`]: {output_doc}. Its `execute`, `wait` and their \
+         variants return one per rank. rustdoc shows the type as the graph spells it for the \
+         compiler: each part is the type of the method that makes it, as the collective \
+         hands it back."
+    );
+    let (launch_actors_doc, execute_timeout_doc, teardown_doc) =
+        (LAUNCH_ACTORS_DOC, EXECUTE_TIMEOUT_DOC, TEARDOWN_DOC);
     let index_asserts = index_asserts(g);
     let (method_calls, method_aliases) = method_calls(g);
     let value_checks = value_checks(g, &sched);
@@ -172,6 +191,9 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
             __driver: #path::Driven<#name, #privacy>,
         }
 
+        #[doc = #alias_doc]
+        #vis type #out_alias = <#name as #path::GraphDriver<#privacy>>::Output;
+
         #(#method_calls)*
         #(#index_asserts)*
 
@@ -181,11 +203,13 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         const _: () = {
             #import
             type #p = #privacy;
-            type __R = #rt::Result<#rt::Vec<#out_ty>, #rt::Error>;
+            type __R = #rt::Result<#rt::Vec<#out_alias>, #rt::Error>;
 
             #(#method_aliases)*
+            #[doc(hidden)]
             impl #rt::GraphDriver<#p> for #name {
                 type Driver = #driver_ty;
+                type Output = #out_ty;
             }
             #(#value_checks)*
 
@@ -198,33 +222,33 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 pub const FINGERPRINT: ::core::primitive::u64 = #fingerprint;
 
                 #[doc = #launch_doc]
-                pub fn launch<__B: #rt::Backend>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error>
+                pub fn launch(#(#group_params,)* #backend: impl #rt::Backend) -> #rt::Result<Self, #rt::Error>
                 where
                     #(#send_bounds,)*
                 {
-                    Self::launch_with(#(#group_names_launch,)* backend, #rt::LaunchOptions::default())
+                    Self::launch_with(#(#group_names_launch,)* #backend, #rt::LaunchOptions::default())
                 }
 
                 /// Like `launch`, with options (`max_in_flight` for pipelining).
-                pub fn launch_with<__B: #rt::Backend>(#(#group_params2,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error>
+                pub fn launch_with(#(#group_params2,)* #backend: impl #rt::Backend, #options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error>
                 where
                     #(#send_bounds,)*
                 {
-                    Self::launch_actors(#(#rt::Actors::from(#group_names_launch2),)* backend, __options)
+                    Self::launch_actors(#(#rt::Actors::from(#group_names_launch2),)* #backend, #options)
                 }
 
                 #[doc = #launch_actors_doc]
-                pub fn launch_actors<__B: #rt::Backend>(#(#actors_params,)* backend: __B, __options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
+                pub fn launch_actors(#(#actors_params,)* #backend: impl #rt::Backend, #options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
                     #join
                     #threads
                     #(#to_vecs)*
                     #checks
                     #links
-                    let #launched = #rt::settle(&backend, (|| -> #rt::Result<_, #rt::Error> {
+                    let #launched = #rt::settle(&#backend, (|| -> #rt::Result<_, #rt::Error> {
                         #(#launches)*
                         #rt::Result::Ok(#launched)
                     })())?;
-                    let __driver = #rt::Driven::new(#launched, __options, #split, #assemble);
+                    let __driver = #rt::Driven::new(#launched, #options, #split, #assemble);
                     #rt::Result::Ok(Self { __driver })
                 }
 
@@ -234,8 +258,8 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 }
 
                 #[doc = #execute_timeout_doc]
-                pub fn execute_timeout(&mut self, #(#input_params,)* timeout: #rt::Duration) -> __R {
-                    self.__driver.0.execute_timeout(#inputs, timeout)
+                pub fn execute_timeout(&mut self, #(#input_params,)* #timeout: #rt::Duration) -> __R {
+                    self.__driver.0.execute_timeout(#inputs, #timeout)
                 }
 
                 /// Like `execute`, as a future that never blocks the executor's thread.
@@ -249,13 +273,13 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
                 }
 
                 /// Waits for the execution of `ticket` and returns its output, as `execute`.
-                pub fn wait(&mut self, ticket: #rt::Ticket) -> __R {
-                    self.__driver.0.wait(ticket)
+                pub fn wait(&mut self, #ticket: #rt::Ticket) -> __R {
+                    self.__driver.0.wait(#ticket)
                 }
 
                 /// `wait` as a future that never blocks the executor's thread.
-                pub fn wait_async(&mut self, ticket: #rt::Ticket) -> impl ::core::future::Future<Output = __R> + '_ {
-                    self.__driver.0.wait_async(ticket)
+                pub fn wait_async(&mut self, #ticket: #rt::Ticket) -> impl ::core::future::Future<Output = __R> + '_ {
+                    self.__driver.0.wait_async(#ticket)
                 }
 
                 /// The executions submitted whose results are neither read nor discarded yet.
@@ -362,10 +386,13 @@ fn wire_edges(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
 }
 
 /// The start of `launch`: it asks the backend for each group's size (the sizes of a graph
-/// spanning processes are the sum of theirs), which every check then uses.
+/// spanning processes are the sum of theirs), which every check then uses, and which every
+/// actor's `Ctx` gets (`__groups`).
 fn join_sizes(g: &Graph, sched: &Schedule, name: &Ident) -> TokenStream {
     let rt = rt::local();
     let size_vars = g.groups.iter().map(|d| size_var(&d.name));
+    let size_vars2 = size_vars.clone();
+    let names = g.groups.iter().map(|d| d.name.to_string());
     let local_sizes = g.groups.iter().map(|d| {
         let (n, s) = (&d.name, d.name.to_string());
         quote!((#s, #n.len()))
@@ -373,18 +400,22 @@ fn join_sizes(g: &Graph, sched: &Schedule, name: &Ident) -> TokenStream {
     let edge_values = sched.edges.iter().map(|e| &g.values[e.value].label);
     let group_count = g.groups.len();
     let graph_name = name.to_string();
+    let backend = param("backend");
     quote! {
-        let [#(#size_vars),*] = #rt::join::<_, #group_count>(&backend, &#rt::GraphInfo {
+        let [#(#size_vars),*] = #rt::join::<_, #group_count>(&#backend, &#rt::GraphInfo {
             name: #graph_name,
             fingerprint: Self::FINGERPRINT,
             groups: &[#(#local_sizes),*],
             edges: &[#(#edge_values),*],
         })?;
+        let __groups = #rt::group_sizes(&[#((#names, #size_vars2)),*]);
     }
 }
 
 /// `teardown`'s and `teardown_each`'s return types and bodies. They hand the actors back to
-/// this thread, so only there must the actors be `Send`.
+/// this thread, so only there must the actors be `Send`. `teardown` hands a fixed-size
+/// group back as the array `launch` took; `teardown_each` as a `Vec`, which never fails:
+/// a process of a graph over several processes hosts only some of a group's actors.
 fn teardown_bodies(g: &Graph) -> (TokenStream, TokenStream, TokenStream, TokenStream) {
     let rt = rt::local();
     let actor_vecs: Vec<TokenStream> = g
@@ -392,13 +423,29 @@ fn teardown_bodies(g: &Graph) -> (TokenStream, TokenStream, TokenStream, TokenSt
         .iter()
         .map(|d| {
             let a = &d.actor;
-            quote!(#rt::Vec<#a>)
+            match &d.size {
+                Some((len, _)) => quote!([#a; #len]),
+                None => quote!(#rt::Vec<#a>),
+            }
         })
         .collect();
     let torn: Vec<Ident> = g
         .groups
         .iter()
         .map(|d| format_ident!("__torn_{}", d.name))
+        .collect();
+    // Each group's actors as `teardown` returns them.
+    let arrays: Vec<TokenStream> = g
+        .groups
+        .iter()
+        .zip(&torn)
+        .map(|(d, t)| match &d.size {
+            Some((len, _)) => {
+                let s = d.name.to_string();
+                quote!(#rt::fixed_group::<_, { #len }>(#s, #t)?)
+            }
+            None => quote!(#t),
+        })
         .collect();
     let each_vecs: Vec<TokenStream> = g
         .groups
@@ -412,11 +459,14 @@ fn teardown_bodies(g: &Graph) -> (TokenStream, TokenStream, TokenStream, TokenSt
     // several groups' as a tuple.
     let torn_list = list(torn.iter().map(|t| quote!(#t)));
     if g.groups.len() == 1 {
-        let (t, e) = (&actor_vecs[0], &each_vecs[0]);
+        let (t, e, torn, array) = (&actor_vecs[0], &each_vecs[0], &torn[0], &arrays[0]);
         (
             quote!(#t),
             quote!(#e),
-            quote!(#rt::Result::Ok(self.__driver.0.teardown()?.0)),
+            quote! {
+                let #torn = self.__driver.0.teardown()?.0;
+                #rt::Result::Ok(#array)
+            },
             quote!(self.__driver.0.teardown_each().0),
         )
     } else {
@@ -425,7 +475,7 @@ fn teardown_bodies(g: &Graph) -> (TokenStream, TokenStream, TokenStream, TokenSt
             quote!((#(#each_vecs),*)),
             quote! {
                 let #torn_list = self.__driver.0.teardown()?;
-                #rt::Result::Ok((#(#torn),*))
+                #rt::Result::Ok((#(#arrays),*))
             },
             quote! {
                 let #torn_list = self.__driver.0.teardown_each();
@@ -462,28 +512,71 @@ fn each_methods(g: &Graph) -> Vec<TokenStream> {
                 " Like `{each}`, with a closure that can fail: the lowest failing rank's `Err` \
                  is `Error::Method` (method `each`), and the graph stays usable."
             );
+            let (r, e) = (type_param(g, "R"), type_param(g, "E"));
             quote! {
                 #[doc = #each_doc]
-                pub fn #each<__R, __F>(&mut self, f: __F) -> #rt::Result<#rt::Vec<__R>, #rt::Error>
-                where
-                    __F: ::core::ops::Fn(#rt::Ctx, &mut #a) -> __R + ::core::marker::Send + ::core::marker::Sync + 'static,
-                    __R: ::core::marker::Send + 'static,
-                {
+                pub fn #each<#r: ::core::marker::Send + 'static>(
+                    &mut self,
+                    f: impl ::core::ops::Fn(#rt::Ctx, &mut #a) -> #r + ::core::marker::Send + ::core::marker::Sync + 'static,
+                ) -> #rt::Result<#rt::Vec<#r>, #rt::Error> {
                     self.__driver.0.each(#pick, f)
                 }
 
                 #[doc = #try_each_doc]
-                pub fn #try_each<__R, __E, __F>(&mut self, f: __F) -> #rt::Result<#rt::Vec<__R>, #rt::Error>
-                where
-                    __F: ::core::ops::Fn(#rt::Ctx, &mut #a) -> #rt::Result<__R, __E> + ::core::marker::Send + ::core::marker::Sync + 'static,
-                    __E: ::core::convert::Into<#rt::BoxError>,
-                    __R: ::core::marker::Send + 'static,
-                {
+                pub fn #try_each<#r: ::core::marker::Send + 'static, #e: ::core::convert::Into<#rt::BoxError>>(
+                    &mut self,
+                    f: impl ::core::ops::Fn(#rt::Ctx, &mut #a) -> #rt::Result<#r, #e> + ::core::marker::Send + ::core::marker::Sync + 'static,
+                ) -> #rt::Result<#rt::Vec<#r>, #rt::Error> {
                     self.__driver.0.try_each(#pick, move |__c, __a| f(__c, __a).map_err(::core::convert::Into::into))
                 }
             }
         })
         .collect()
+}
+
+/// A type parameter of a generated method, named as rustdoc shows it: `base`, or `base`
+/// with a digit if an actor type of the graph spells that name (a type parameter would
+/// shadow it in the signature).
+fn type_param(g: &Graph, base: &str) -> Ident {
+    let taken = |name: &str| {
+        g.groups.iter().any(|d| {
+            d.actor
+                .to_token_stream()
+                .into_iter()
+                .any(|t| spells(&t, name))
+        })
+    };
+    let name = (0..)
+        .map(|k| {
+            if k == 0 {
+                base.to_string()
+            } else {
+                format!("{base}{k}")
+            }
+        })
+        .find(|n| !taken(n))
+        .expect("an unbounded range has a free name");
+    Ident::new(&name, Span::call_site())
+}
+
+/// Whether `tree`, or a token inside it, is the identifier `name`.
+fn spells(tree: &proc_macro2::TokenTree, name: &str) -> bool {
+    match tree {
+        proc_macro2::TokenTree::Ident(i) => i == name,
+        proc_macro2::TokenTree::Group(g) => g.stream().into_iter().any(|t| spells(&t, name)),
+        _ => false,
+    }
+}
+
+/// The public alias of one rank's output of graph `name`: `<name>Output`.
+pub(super) fn output_alias(name: &Ident) -> Ident {
+    format_ident!("{}Output", name)
+}
+
+/// A parameter of the graph's public methods, named as rustdoc shows it: hygienic, so that
+/// a group or input of the same name is another variable.
+fn param(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
 }
 
 fn group_var(name: &Ident) -> Ident {
@@ -688,6 +781,7 @@ fn method_calls(g: &Graph) -> (Vec<TokenStream>, Vec<TokenStream>) {
                 f.set_span(method.span());
                 let lookup = quote_spanned!(*parens=> #f(#text, #name, #n));
                 let call_impl = quote! {
+                    #[doc(hidden)]
                     impl #rt::MethodCall<#call> for #graph {
                         type Method = #rt::MethodId<{ #lookup }>;
                     }
@@ -771,6 +865,7 @@ fn value_checks(g: &Graph, sched: &Schedule) -> Vec<TokenStream> {
             let alias = checked_alias(graph, k);
             quote! {
                 #alias
+                #[doc(hidden)]
                 impl #rt::Checked<#k, #p> for #graph {
                     type Type = <#ty as #rt::Valid<{ #check }>>::Type;
                 }

@@ -5,7 +5,7 @@
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
-use super::codegen::launch_param;
+use super::codegen::{launch_param, output_alias};
 use super::parse::GraphDef;
 use crate::rt;
 
@@ -48,9 +48,12 @@ pub(crate) fn expand(def: &GraphDef) -> TokenStream {
     };
     let vecs: Vec<TokenStream> = groups
         .iter()
-        .map(|&(_, a, _)| {
+        .map(|&(_, a, size)| {
             let a = actor_ty(a);
-            quote!(#rt::Vec<#a>)
+            match size {
+                Some(len) => quote!([#a; #len]),
+                None => quote!(#rt::Vec<#a>),
+            }
         })
         .collect();
     let eaches: Vec<TokenStream> = groups
@@ -88,11 +91,15 @@ pub(crate) fn expand(def: &GraphDef) -> TokenStream {
         }
     });
     let out = quote!(#rt::Result<#rt::Vec<__O>, #rt::Error>);
+    let alias = output_alias(name);
     quote! {
         #(#attrs)*
         #vis struct #name {
             __graph_has_errors: (),
         }
+
+        /// Not available: the graph has errors.
+        #vis type #alias = ();
 
         // As the real expansion, in a block that names the runtime `__rt`.
         const _: () = {
@@ -105,15 +112,15 @@ pub(crate) fn expand(def: &GraphDef) -> TokenStream {
                 /// Not available: the graph has errors.
                 pub const FINGERPRINT: ::core::primitive::u64 = 0;
                 /// Not available: the graph has errors.
-                pub fn launch<__B>(#(#group_params,)* backend: __B) -> #rt::Result<Self, #rt::Error> {
+                pub fn launch(#(#group_params,)* backend: impl ::core::marker::Sized) -> #rt::Result<Self, #rt::Error> {
                     ::core::unreachable!()
                 }
                 /// Not available: the graph has errors.
-                pub fn launch_with<__B>(#(#group_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
+                pub fn launch_with(#(#group_params,)* backend: impl ::core::marker::Sized, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
                     ::core::unreachable!()
                 }
                 /// Not available: the graph has errors.
-                pub fn launch_actors<__B>(#(#actors_params,)* backend: __B, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
+                pub fn launch_actors(#(#actors_params,)* backend: impl ::core::marker::Sized, options: #rt::LaunchOptions) -> #rt::Result<Self, #rt::Error> {
                     ::core::unreachable!()
                 }
                 /// Not available: the graph has errors.

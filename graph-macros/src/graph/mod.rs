@@ -6,6 +6,7 @@
 //! the right methods, so the user sees the real errors and not a wall of secondary ones.
 
 mod codegen;
+mod doc;
 mod dot;
 mod fallback;
 mod ir;

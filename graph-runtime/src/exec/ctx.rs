@@ -116,7 +116,7 @@ impl<C: Communicator> StepCtx<C> {
         // only keeps a caller elsewhere from seeing another actor's.
         let ctx = Ctx::current()
             .filter(|c| c.group() == self.group && c.rank() == self.rank)
-            .unwrap_or_else(|| Ctx::new(self.group, self.rank, self.comm.size(), 1));
+            .unwrap_or_else(|| Ctx::new(self.group, self.rank, self.comm.size(), 1, &[]));
         match catch_unwind(AssertUnwindSafe(|| f(ctx))) {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(source)) => Err(Error::Method {

@@ -217,9 +217,15 @@ where
 /// The type of graph `Self`'s [`Driver`], which is spelled in the graph's block (where the
 /// graph's checked types have names), for its struct to name it (see [`Driven`]). `P` is
 /// only there for privacy, as in [`Checked`](crate::__private::Checked).
+///
+/// It also names the graph's output on one rank, for the public alias (`<Graph>Output`)
+/// that the graph's methods return: an alias outside the block can reach that type only
+/// through an impl.
 pub trait GraphDriver<P: ?Sized> {
     /// The graph's [`Driver`].
     type Driver;
+    /// One rank's output of the graph.
+    type Output;
 }
 
 /// The driver of graph `G`, as the graph's struct holds it.

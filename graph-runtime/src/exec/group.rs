@@ -35,6 +35,9 @@ pub struct GroupSpec {
     /// The group's stages and edge operations in step order, which the failure path of a
     /// rank follows (see [`SyncPoint`]).
     pub schedule: &'static [SyncPoint],
+    /// Every group of the graph with its size, for [`Ctx::group_size`](crate::Ctx::group_size)
+    /// (see [`group_sizes`](crate::__private::group_sizes)).
+    pub groups: &'static [(&'static str, usize)],
 }
 
 /// The driver's handle on one actor group: its threads, and a slot per actor through which

@@ -44,7 +44,7 @@ pub use edge::{Edge, EdgeValue};
 pub use group::{Group, GroupSpec};
 pub use links::Links;
 pub use pipeline::{LaunchOptions, Pipeline, Ticket};
-pub use rank::Ctx;
+pub use rank::{group_sizes, Ctx};
 pub use route::Route;
 
 use std::sync::atomic::AtomicU8;

@@ -1,14 +1,20 @@
-//! Where a method runs: its actor's rank, its group's size and its group's name, for code
-//! running on an actor's thread ([`Ctx::current`]).
+//! Where a method runs: its actor's rank, its group's size and its group's name, and the
+//! sizes of the graph's other groups, for code running on an actor's thread
+//! ([`Ctx::current`]).
 //!
 //! The context is a thread-local set once when the actor's thread starts, before its actor
 //! is made: reading it costs a thread-local load. A step the driver's thread runs for an
-//! actor (see `exec::help`) sets it for that step and puts the driver's back after.
+//! actor (see `exec::help`) sets it for that step and puts the driver's back after. It is
+//! `Copy` and the thread-local has no destructor, so reading it never allocates (an
+//! allocator may ask for it): the graph's group sizes are a `'static` table, one per
+//! distinct table a process launches (see [`group_sizes`]).
 
 use std::cell::Cell;
+use std::sync::{Mutex, PoisonError};
 
 /// Where the calling code runs: the rank of its actor, the size of its group and the
-/// group's name, as `torch.distributed`'s `get_rank()` and `get_world_size()` give them.
+/// group's name, as `torch.distributed`'s `get_rank()` and `get_world_size()` give them,
+/// and the size of every group of the graph ([`Ctx::group_size`]).
 ///
 /// [`Ctx::current`] is callable anywhere on an actor's thread: in a method, in a helper
 /// it calls, and in a constructor run by [`Actors::each`](crate::Actors::each). A method
@@ -53,6 +59,8 @@ pub struct Ctx {
     rank: usize,
     size: usize,
     threads: usize,
+    /// Each group of the graph with its size (see [`group_sizes`]).
+    groups: &'static [(&'static str, usize)],
 }
 
 thread_local! {
@@ -88,6 +96,57 @@ impl Ctx {
         self.threads
     }
 
+    /// The number of actors in group `group` of the graph, in every process together
+    /// (`None` if the graph has no such group): as the graph's own `group_size` gives it,
+    /// for a method that shards work by another group's size.
+    ///
+    /// ```
+    /// use actorgraph::prelude::*;
+    ///
+    /// struct Trainer;
+    /// struct Evaluator;
+    ///
+    /// #[actor]
+    /// impl Trainer {
+    ///     /// How many evaluators each trainer's results are spread over.
+    ///     fn evaluators(&mut self) -> u32 {
+    ///         let ctx = Ctx::current().expect("on an actor's thread");
+    ///         assert_eq!(ctx.group_size("trainers"), Some(ctx.size()));
+    ///         assert_eq!(ctx.group_size("nobody"), None);
+    ///         ctx.group_size("evaluators").unwrap() as u32
+    ///     }
+    /// }
+    ///
+    /// #[actor]
+    /// impl Evaluator {
+    ///     fn trainers(&mut self) -> u32 {
+    ///         Ctx::current().unwrap().group_size("trainers").unwrap() as u32
+    ///     }
+    /// }
+    ///
+    /// graph! {
+    ///     G(trainers: [Trainer], evaluators: [Evaluator]) {
+    ///         let e = trainers.evaluators();
+    ///         let t = evaluators.trainers();
+    ///         (allreduce(e, Max), t[0])
+    ///     }
+    /// }
+    ///
+    /// let mut g = G::launch(vec![Trainer, Trainer], vec![Evaluator, Evaluator, Evaluator], Cpu)?;
+    /// let out = g.execute()?;
+    /// assert_eq!(out[0], (3, Some(2)));
+    /// # Ok::<(), actorgraph::Error>(())
+    /// ```
+    pub fn group_size(&self, group: &str) -> Option<usize> {
+        if group == self.group {
+            return Some(self.size);
+        }
+        self.groups
+            .iter()
+            .find(|&&(name, _)| name == group)
+            .map(|&(_, size)| size)
+    }
+
     /// Makes this the context of the calling thread, for good: called once, by an actor's
     /// thread as it starts.
     pub(crate) fn enter(self) {
@@ -101,14 +160,38 @@ impl Ctx {
         Scope(CURRENT.with(|c| c.replace(Some(self))))
     }
 
-    pub(crate) fn new(group: &'static str, rank: usize, size: usize, threads: usize) -> Self {
+    pub(crate) fn new(
+        group: &'static str,
+        rank: usize,
+        size: usize,
+        threads: usize,
+        groups: &'static [(&'static str, usize)],
+    ) -> Self {
         Self {
             group,
             rank,
             size,
             threads,
+            groups,
         }
     }
+}
+
+/// `sizes` (each group of a graph with its size, at launch) as the `'static` table every
+/// actor's [`Ctx`] points to. Each distinct table is made once and kept for the life of the
+/// process: a process launches few distinct ones, and a `'static` table keeps `Ctx` `Copy`
+/// and its thread-local free of a destructor.
+pub fn group_sizes(sizes: &[(&'static str, usize)]) -> &'static [(&'static str, usize)] {
+    type Table = &'static [(&'static str, usize)];
+    static TABLES: Mutex<Vec<Table>> = Mutex::new(Vec::new());
+    // A panic while holding the lock leaves the list whole: each push is one move.
+    let mut tables = TABLES.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(&table) = tables.iter().find(|&&t| t == sizes) {
+        return table;
+    }
+    let table: Table = Box::leak(sizes.to_vec().into_boxed_slice());
+    tables.push(table);
+    table
 }
 
 /// The calling thread's context before [`Ctx::scope`], put back on drop (also when a step

@@ -51,12 +51,14 @@ fn main() -> Result<(), Error> {
     assert_eq!((h.ranks("workers"), h.group_size("heads")), (Some(0..2), Some(2)));
     assert_ne!(G::FINGERPRINT, 0);
     let waited: Vec<(Tensor<f32>, f32)> = h.wait(ticket)?;
+    let named: Vec<GOutput> = h.execute(Tensor::zeros([1]))?;
+    assert_eq!(named.len(), 2);
     drop(run_async(&mut h, Tensor::zeros([1])));
     assert_eq!(out.len() + late.len() + waited.len(), 6);
     let ranks: Vec<usize> = g.each_workers(|ctx, _: &mut Worker| ctx.rank())?;
     let scores: Vec<f32> = g.try_each_heads(|_, h: &mut Head| Ok::<f32, Error>(h.score()))?;
     assert_eq!(ranks.len() + scores.len(), 4);
-    let (workers, heads) = g.teardown()?;
+    let (workers, heads): (Vec<Worker>, [Head; 2]) = g.teardown()?;
     assert_eq!(workers.len() + heads.len(), 4);
     let (workers, heads) = h.teardown_each();
     for w in workers.into_iter().chain(heads.into_iter().map(|h| h.map(|_| Worker))) {

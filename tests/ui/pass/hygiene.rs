@@ -72,6 +72,17 @@ graph! {
     }
 }
 
+graph! {
+    /// A group and inputs named as the parameters of the graph's own methods (`launch`'s
+    /// `backend` and `options`, `execute_timeout`'s `timeout`, `wait`'s `ticket`).
+    pub Named(backend: [Worker], options: f32, timeout: f32, ticket: f32) {
+        let o = backend.loss(options);
+        let t = backend.loss(timeout);
+        let k = backend.loss(ticket);
+        (o, t, k)
+    }
+}
+
 #[no_implicit_prelude]
 mod no_prelude {
     use ::actorgraph::{actor, graph};
@@ -174,6 +185,16 @@ pub fn main() {
         "{err}"
     );
     let _workers: ::std::vec::Vec<Worker> = g.teardown().unwrap();
+
+    let backend = ::std::vec![Worker { rank: 0 }];
+    let options = ::actorgraph::LaunchOptions::default().max_in_flight(2);
+    let mut n = Named::launch_with(backend, Cpu, options).unwrap();
+    let ticket = n.submit(1.0, 2.0, 3.0).unwrap();
+    let out: ::std::vec::Vec<NamedOutput> = n.wait(ticket).unwrap();
+    assert_eq!(out, ::std::vec![(1.0, 2.0, 3.0)]);
+    let timeout = ::std::time::Duration::from_secs(60);
+    let out = n.execute_timeout(1.0, 2.0, 3.0, timeout).unwrap();
+    assert_eq!(out, ::std::vec![(1.0, 2.0, 3.0)]);
 
     let counters = [no_prelude::Counter { calls: 0 }, no_prelude::Counter { calls: 5 }];
     let echoes = ::std::vec![no_prelude::Echo, no_prelude::Echo];

@@ -147,10 +147,12 @@ where
         edges: &E,
         step: impl Fn(&mut A, &mut StepCtx<B::Comm>, &I, &E) -> Result<O, Error> + Copy + Send + 'static,
     ) -> Result<Self, Error> {
+        // A hand-written step's context knows its own group's size only.
         let spec = GroupSpec {
             name,
             stages: stage_names,
             schedule,
+            groups: &[],
         };
         Self::start(spec, options, actors, backend, links, edges, step)
     }
@@ -204,6 +206,7 @@ where
                     name,
                     stages: stage_names,
                     schedule,
+                    groups,
                 },
             rank,
             make,
@@ -229,7 +232,7 @@ where
                 if pin {
                     crate::threads::pin_current(threads);
                 }
-                rank::Ctx::new(name, global, group_size, threads).enter();
+                rank::Ctx::new(name, global, group_size, threads, groups).enter();
                 let guard = ExitGuard {
                     shared: &shared,
                     rank,
@@ -260,7 +263,7 @@ where
                     Some(send) => {
                         let helped = Arc::new(Helped::new(
                             send(actor),
-                            rank::Ctx::new(name, global, group_size, threads),
+                            rank::Ctx::new(name, global, group_size, threads, groups),
                             ctx,
                             step,
                         ));
