@@ -98,3 +98,31 @@ fn docs_rs_builds_the_reference_with_its_features() {
         }
     }
 }
+
+/// The version requirement of dependency `dep` of package `package`, without its `^`.
+fn requirement(packages: &[Value], package: &str, dep: &str) -> String {
+    let p = packages
+        .iter()
+        .find(|p| text(p, "name") == package)
+        .unwrap_or_else(|| panic!("no package {package}"));
+    let d = p["dependencies"]
+        .as_array()
+        .and_then(|deps| deps.iter().find(|d| text(d, "name") == dep))
+        .unwrap_or_else(|| panic!("{package} does not depend on {dep}"));
+    text(d, "req").trim_start_matches('^').to_string()
+}
+
+#[test]
+fn the_candle_page_names_the_candle_version_actorgraph_is_built_with() {
+    let packages = packages();
+    let core = requirement(&packages, "actorgraph-runtime", "candle-core");
+    // The main job's candle-nn must match, or its tensors would be another crate's.
+    assert_eq!(requirement(&packages, "actorgraph", "candle-nn"), core);
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/reference/candle.md"
+    ))
+    .expect("the candle page");
+    assert!(page.contains(&format!("candle-core {core}")), "{core}");
+    assert!(page.contains(&format!("candle-nn = \"{core}\"")), "{core}");
+}
