@@ -54,8 +54,9 @@ pub(crate) fn set_library_threads(threads: usize) -> Vec<&'static str> {
 
 /// Whether the process has exactly one thread. Only Linux says so cheaply
 /// (`/proc/self/task` lists the threads); elsewhere the answer is no, and nothing is set.
+/// Miri, which isolates the program from the file system, is elsewhere too.
 fn single_threaded() -> bool {
-    std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| tasks.count() == 1)
+    !cfg!(miri) && std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| tasks.count() == 1)
 }
 
 /// The next block of cores to pin an actor thread to, counted over the process's life so
