@@ -112,7 +112,10 @@ fn worker() {
         // with status 1.
         // Every layout of this scenario gives each process as many actors.
         if let Err(e) = launch_beyond(layout[0]) {
-            eprintln!("Error: {e:?}");
+            // One `write` for the whole line: `eprintln!` writes each piece of the format
+            // on its own, and two processes' pieces interleave in `mpirun`'s output.
+            let line = format!("Error: {e:?}\n");
+            std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes()).unwrap();
             std::process::exit(1);
         }
         panic!("a launch that needs more actors than the group has succeeded");
