@@ -55,13 +55,13 @@ pub use __private::{
 #[doc(hidden)]
 pub mod __private {
     pub use crate::bucket::{FusedStage, SlotIdx};
-    pub use crate::comm::{Backend, Collective, Communicator, GraphInfo, ReduceOp};
+    pub use crate::comm::{Backend, Collective, Communicator, GraphInfo, Progress, ReduceOp};
     pub use crate::exec::Ctx;
     pub use crate::exec::GroupSpec;
     pub use crate::exec::{
-        group_sizes, Actors, Deal, Driven, Driver, Edge, EdgeValue, Elements, GraphDriver, Group,
-        LaunchOptions, Links, PerRankValues, RankInputs, Route, Stage, StepCtx, StepFn, SyncPoint,
-        Ticket,
+        group_sizes, Actors, Deal, Done, Driven, Driver, Edge, EdgeValue, Elements, GraphDriver,
+        Group, LaunchOptions, Links, PerRankValues, RankInputs, Route, Stage, Started, StepCtx,
+        StepFn, SyncPoint, Ticket,
     };
     pub use crate::method::{
         checked, destructures, gatherable, input, method_index, rank_input, sendable, splittable,

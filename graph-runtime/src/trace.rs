@@ -231,6 +231,14 @@ mod on {
         }
     }
 
+    /// The span of waiting for a fused stage that went on while the step ran other calls
+    /// (see `StepCtx::complete`).
+    pub(crate) fn complete(group: &'static str, rank: usize, stage: &'static str) -> Guard {
+        Guard {
+            _entered: info_span!(target: "actorgraph", "complete", group, rank, stage).entered(),
+        }
+    }
+
     struct OpName(crate::ReduceOp);
 
     impl fmt::Display for OpName {
@@ -381,6 +389,11 @@ mod off {
 
     #[inline(always)]
     pub(crate) fn send(_: &'static str) -> Guard {
+        Guard
+    }
+
+    #[inline(always)]
+    pub(crate) fn complete(_: &'static str, _: usize, _: &'static str) -> Guard {
         Guard
     }
 

@@ -24,6 +24,7 @@ mod helping;
 mod interop_candle;
 #[cfg(feature = "ndarray")]
 mod interop_ndarray;
+mod overlap;
 mod packaging;
 mod parts;
 mod per_rank;

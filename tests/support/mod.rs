@@ -4,6 +4,7 @@
 
 pub mod counting;
 pub mod gate;
+pub mod lazy;
 pub mod nap;
 pub mod sleeper;
 

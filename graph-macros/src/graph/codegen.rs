@@ -51,8 +51,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
     let groups: Vec<GroupPlan> = (0..g.groups.len())
         .map(|gi| GroupPlan::new(g, gi))
         .collect();
-    let steps: Vec<(TokenStream, TokenStream)> =
-        groups.iter().map(|p| step::step_fn(g, &sched, p)).collect();
+    let steps: Vec<step::Step> = groups.iter().map(|p| step::step_fn(g, &sched, p)).collect();
 
     let out_ty = output_type(g);
     let driver_ty = driver_type(g, &groups, &out_ty);
@@ -109,10 +108,18 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         let (n, field, step) = (&d.name, group_var(&d.name), step::name(g, p.index));
         let s = n.to_string();
         let stages = &d.stages;
-        let (_, schedule) = &steps[p.index];
+        let step::Step {
+            schedule, deferred, ..
+        } = &steps[p.index];
         quote! {
             let #field = #rt::Group::start(
-                #rt::GroupSpec { name: #s, stages: &[#(#stages),*], schedule: #schedule, groups: __groups },
+                #rt::GroupSpec {
+                    name: #s,
+                    stages: &[#(#stages),*],
+                    deferred: #deferred,
+                    schedule: #schedule,
+                    groups: __groups,
+                },
                 &#options, #n, &#backend, #links_arg, #step,
             )?;
         }
@@ -154,7 +161,7 @@ pub(crate) fn expand(g: &Graph) -> TokenStream {
         })
         .collect();
 
-    let steps = steps.iter().map(|(f, _)| f);
+    let steps = steps.iter().map(|s| &s.f);
     let group_names = g.groups.iter().map(|d| d.name.to_string());
     let launch_doc = format!(
         " Spawns one thread per actor of {}, each with its communicator endpoint from \

@@ -16,26 +16,30 @@ pub(crate) struct StageValue {
     pub(crate) checked: Option<TokenStream>,
 }
 
-/// One fused stage of a step: lay the values out, pack them, run the collective, and take
-/// the results. Every call that names a value is spanned at the user's argument and bound
-/// by the one trait this kind of collective needs, so that a value of a type that cannot go
-/// through it gets exactly one error, there. An `allgather` names the value's checked type,
-/// which is an error (and silent) when the check failed. `stage`: its index and its
-/// values' names, for the runtime's errors.
-pub(crate) fn stage_code(
+/// The local that holds stage `stage`'s start (its `Started` and its slots) until its
+/// completion.
+pub(crate) fn started_ident(stage: usize) -> Ident {
+    quote::format_ident!("__started{}", stage)
+}
+
+/// One fused stage of a step, as two pieces of code: its start (lay the values out, pack
+/// them, start the collective) where the graph has it, and its completion (wait for it,
+/// take the results) before the first use of a result. Every call that names a value is
+/// spanned at the user's argument and bound by the one trait this kind of collective
+/// needs, so that a value of a type that cannot go through it gets exactly one error,
+/// there. An `allgather` names the value's checked type, which is an error (and silent)
+/// when the check failed. `stage`: its index and its values' names, for the runtime's
+/// errors.
+pub(crate) fn start_code(
     kind: Kind,
     stage: (usize, &[&str]),
-    outs: &[&Ident],
     vals: &[StageValue],
     collective: &TokenStream,
-    root: Option<&Root>,
 ) -> TokenStream {
     let (stage, labels) = stage;
-    let idx = (0..vals.len()).map(syn::Index::from);
     let mut adds = Vec::new();
     let mut packs = Vec::new();
-    let mut outputs = Vec::new();
-    for (val, i) in vals.iter().zip(idx) {
+    for (val, i) in vals.iter().zip((0..vals.len()).map(syn::Index::from)) {
         let (v, s) = (&val.ident, val.span);
         // The stage's own names at the user's span but with the graph's hygiene (a graph
         // written by a `macro_rules!` macro has the user's tokens in another context).
@@ -57,6 +61,33 @@ pub(crate) fn stage_code(
         };
         adds.push(quote_spanned!(s=> #st.#add(&#v)));
         packs.push(quote_spanned!(s=> #st.#pack(&#v, #slots.#i);));
+    }
+    let started = started_ident(stage);
+    quote! {
+        let #started = {
+            let mut __st = __ctx.stage(#stage, &[#(#labels),*]);
+            let __slots = (#(#adds,)*);
+            __st.prepare();
+            #(#packs)*
+            (__st.start(#collective)?, __slots)
+        };
+    }
+}
+
+/// The completion of stage `stage` (see [`start_code`]): its results, into `outs`.
+pub(crate) fn complete_code(
+    kind: Kind,
+    stage: usize,
+    outs: &[&Ident],
+    vals: &[StageValue],
+    root: Option<&Root>,
+) -> TokenStream {
+    let mut outputs = Vec::new();
+    for (val, i) in vals.iter().zip((0..vals.len()).map(syn::Index::from)) {
+        let (v, s) = (&val.ident, val.span);
+        let st = Ident::new("__st", Span::call_site().located_at(s));
+        let slots = Ident::new("__slots", Span::call_site().located_at(s));
+        let ty = val.checked.as_ref().map(|t| quote!(::<#t>));
         outputs.push(match (kind, root) {
             (Kind::InPlace, _) => quote_spanned!(s=> #st.output(&#v, #slots.#i)),
             (Kind::Gather, _) => {
@@ -76,13 +107,11 @@ pub(crate) fn stage_code(
             }
         });
     }
+    let started = started_ident(stage);
     quote! {
         let (#(#outs,)*) = {
-            let mut __st = __ctx.stage(#stage, &[#(#labels),*]);
-            let __slots = (#(#adds,)*);
-            __st.prepare();
-            #(#packs)*
-            __st.run(#collective)?;
+            let (__started, __slots) = #started;
+            let mut __st = __ctx.complete(__started)?;
             (#(#outputs,)*)
         };
     }

@@ -15,10 +15,18 @@ use quote::{format_ident, quote, quote_spanned};
 use super::ir::{Graph, OpKind, Place, ValueId};
 use super::plan::{edge_type, GroupPlan};
 use super::schedule::{Item, Route, Schedule};
-use super::stage::{collective_expr, stage_code, StageValue};
+use super::stage::{collective_expr, complete_code, start_code, StageValue};
 use super::types::{checked_type, method as method_of};
 use crate::respan::{at_user, respan};
 use crate::rt;
+
+/// One piece of a step: an item of the schedule, or the completion of the stage that op
+/// `i` started (see [`completions`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Entry {
+    Item(Item),
+    Complete(usize),
+}
 
 /// A local of the generated step.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,9 +69,28 @@ struct Gen<'a> {
     calls_after_stages: bool,
 }
 
-/// The step function of group `p.index` and its schedule of synchronizations (the
-/// `&[SyncPoint]` the runtime's failure path follows).
-pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStream, TokenStream) {
+/// A stage started and not yet completed, while [`Gen::completions`] walks a step.
+struct Open {
+    op: usize,
+    /// Whether something that takes time (a call, another stage, an edge) runs between its
+    /// start and its completion.
+    busy: bool,
+}
+
+/// A group's step, as code.
+pub(crate) struct Step {
+    /// The step function.
+    pub(crate) f: TokenStream,
+    /// Its schedule of synchronizations (the `&[SyncPoint]` the runtime's failure path
+    /// follows).
+    pub(crate) schedule: TokenStream,
+    /// The stages it completes after later calls, by index (`&[usize]`).
+    pub(crate) deferred: TokenStream,
+}
+
+/// The step function of group `p.index`, its schedule of synchronizations and its deferred
+/// stages.
+pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> Step {
     let rt = rt::local();
     let mut gen = Gen {
         g,
@@ -74,11 +101,9 @@ pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStrea
         moved: HashSet::new(),
         calls_after_stages: false,
     };
-    gen.count_uses(p);
-    let body: Vec<TokenStream> = sched
-        .of_group(g, p.index)
-        .map(|item| gen.item(item))
-        .collect();
+    let (entries, deferred) = gen.completions();
+    gen.count_uses(p, &entries);
+    let body: Vec<TokenStream> = entries.iter().map(|&e| gen.entry(e)).collect();
     let result = gen.result(p);
     let recycle = gen.recycle();
     if gen.calls_after_stages {
@@ -109,7 +134,11 @@ pub(crate) fn step_fn(g: &Graph, sched: &Schedule, p: &GroupPlan) -> (TokenStrea
             #rt::Result::Ok(__result)
         }
     };
-    (f, quote!(&[#(#sync),*]))
+    Step {
+        f,
+        schedule: quote!(&[#(#sync),*]),
+        deferred: quote!(&[#(#deferred),*]),
+    }
 }
 
 impl Gen<'_> {
@@ -125,44 +154,121 @@ impl Gen<'_> {
         *self.uses.entry(l).or_default() += 1;
     }
 
-    /// Counts every use of every local, in the same walk as the code generation.
-    fn count_uses(&mut self, p: &GroupPlan) {
-        let items: Vec<Item> = self.sched.of_group(self.g, self.group).collect();
-        for item in items {
-            match item {
-                Item::Op(i) => {
-                    let op = &self.g.ops[i];
-                    let reads: Vec<ValueId> = match &op.kind {
-                        OpKind::Call { args, .. } => args.clone(),
-                        OpKind::Collective { args, .. } => args.clone(),
-                        OpKind::Tuple { parts } => parts.clone(),
-                        OpKind::Fields { src, .. } | OpKind::Pick { src } => vec![*src],
-                        OpKind::Gather { .. } | OpKind::Scatter { .. } => {
-                            self.note(Local::Landed(self.sched.carried[&i]));
-                            vec![]
-                        }
-                    };
-                    for v in reads {
-                        if let Some(l) = self.arg_local(v, op.place) {
-                            self.note(l);
-                        }
+    /// The locals an item reads, as the code generation uses them.
+    fn reads(&self, item: Item) -> Vec<Local> {
+        match item {
+            Item::Op(i) => {
+                let op = &self.g.ops[i];
+                let reads: Vec<ValueId> = match &op.kind {
+                    OpKind::Call { args, .. } => args.clone(),
+                    OpKind::Collective { args, .. } => args.clone(),
+                    OpKind::Tuple { parts } => parts.clone(),
+                    OpKind::Fields { src, .. } | OpKind::Pick { src } => vec![*src],
+                    OpKind::Gather { .. } | OpKind::Scatter { .. } => {
+                        return vec![Local::Landed(self.sched.carried[&i])];
                     }
-                }
-                Item::Send(e) => self.note(Local::Value(self.sched.edges[e].sent)),
-                Item::Recv(e) => {
-                    let edge = &self.sched.edges[e];
-                    if let Route::Fan {
+                };
+                reads
+                    .into_iter()
+                    .filter_map(|v| self.arg_local(v, op.place))
+                    .collect()
+            }
+            Item::Send(e) => vec![Local::Value(self.sched.edges[e].sent)],
+            Item::Recv(e) => {
+                let edge = &self.sched.edges[e];
+                match edge.route {
+                    Route::Fan {
                         skip_from: true, ..
                     }
-                    | Route::Gather { keep: true, .. } = edge.route
-                    {
-                        self.note(Local::Value(edge.value));
-                    }
+                    | Route::Gather { keep: true, .. } => vec![Local::Value(edge.value)],
+                    _ => vec![],
                 }
             }
         }
+    }
+
+    /// The group's schedule with each stage's completion placed right before the first
+    /// item that reads one of its results (or at the end of the step), so that the calls
+    /// between run while the stage goes on; and the deferred stages, by stage index: those
+    /// with something that takes time between their start and completion, or that start
+    /// while another is in flight. Stages complete in the order they started: completing
+    /// one completes every one started before it, which is what a communicator that runs
+    /// them in turn needs.
+    fn completions(&self) -> (Vec<Entry>, Vec<usize>) {
+        let mut entries = Vec::new();
+        let mut deferred = Vec::new();
+        let mut open: Vec<Open> = Vec::new();
+        let mut close = |open: &mut Vec<Open>, upto: usize, entries: &mut Vec<Entry>| {
+            for o in open.drain(..upto) {
+                entries.push(Entry::Complete(o.op));
+                if o.busy {
+                    if let OpKind::Collective { stage, .. } = self.g.ops[o.op].kind {
+                        deferred.push(stage);
+                    }
+                }
+            }
+        };
+        for item in self.sched.of_group(self.g, self.group) {
+            let reads = self.reads(item);
+            let reads_open = open.iter().rposition(|o| {
+                self.g.ops[o.op]
+                    .outs
+                    .iter()
+                    .any(|&v| reads.contains(&Local::Value(v)))
+            });
+            if let Some(k) = reads_open {
+                close(&mut open, k + 1, &mut entries);
+            }
+            // What takes time: everything but taking a value apart or putting it together.
+            let takes_time = match item {
+                Item::Op(i) => !matches!(
+                    self.g.ops[i].kind,
+                    OpKind::Tuple { .. } | OpKind::Fields { .. } | OpKind::Pick { .. }
+                ),
+                Item::Send(_) | Item::Recv(_) => true,
+            };
+            if takes_time {
+                open.iter_mut().for_each(|o| o.busy = true);
+            }
+            entries.push(Entry::Item(item));
+            if let Item::Op(i) = item {
+                if matches!(self.g.ops[i].kind, OpKind::Collective { .. }) {
+                    // A stage that starts while others are in flight goes through the same
+                    // door, so that the communicator sees every stage of the run in order.
+                    let busy = !open.is_empty();
+                    open.push(Open { op: i, busy });
+                }
+            }
+        }
+        let all = open.len();
+        close(&mut open, all, &mut entries);
+        (entries, deferred)
+    }
+
+    /// Counts every use of every local, in the same walk as the code generation: a stage's
+    /// completion reads its values again (their results are made from them).
+    fn count_uses(&mut self, p: &GroupPlan, entries: &[Entry]) {
+        for &entry in entries {
+            let reads = match entry {
+                Entry::Item(item) => self.reads(item),
+                Entry::Complete(i) => self.stage_reads(i),
+            };
+            reads.into_iter().for_each(|l| self.note(l));
+        }
         for &k in &p.out_parts {
             self.note(Local::Value(self.g.output.parts[k]));
+        }
+    }
+
+    /// The locals a stage's completion reads: its values.
+    fn stage_reads(&self, i: usize) -> Vec<Local> {
+        let op = &self.g.ops[i];
+        match &op.kind {
+            OpKind::Collective { args, .. } => args
+                .iter()
+                .filter_map(|&v| self.arg_local(v, op.place))
+                .collect(),
+            _ => vec![],
         }
     }
 
@@ -265,12 +371,50 @@ impl Gen<'_> {
         self.sync.len() - 1
     }
 
-    fn item(&mut self, item: Item) -> TokenStream {
-        match item {
-            Item::Op(i) => self.op(i),
-            Item::Send(e) => self.send(e),
-            Item::Recv(e) => self.recv(e),
+    fn entry(&mut self, entry: Entry) -> TokenStream {
+        match entry {
+            Entry::Item(Item::Op(i)) => self.op(i),
+            Entry::Item(Item::Send(e)) => self.send(e),
+            Entry::Item(Item::Recv(e)) => self.recv(e),
+            Entry::Complete(i) => self.complete(i),
         }
+    }
+
+    /// The values of the stage op `i` starts or completes, at the user's arguments.
+    fn stage_values(&mut self, i: usize) -> Vec<StageValue> {
+        let OpKind::Collective {
+            args,
+            arg_spans,
+            checks,
+            ..
+        } = &self.g.ops[i].kind
+        else {
+            return vec![];
+        };
+        args.iter()
+            .zip(arg_spans)
+            .enumerate()
+            .map(|(n, (&a, &span))| StageValue {
+                ident: at_user(&self.borrow(Local::Value(a)), span),
+                span,
+                checked: checks.get(n).map(|&k| checked_type(k)),
+            })
+            .collect()
+    }
+
+    /// The completion of the stage that op `i` started: its results.
+    fn complete(&mut self, i: usize) -> TokenStream {
+        let g = self.g;
+        let op = &g.ops[i];
+        let OpKind::Collective {
+            spec, root, stage, ..
+        } = &op.kind
+        else {
+            return quote!();
+        };
+        let outs: Vec<&Ident> = op.outs.iter().map(|&o| &g.values[o].ident).collect();
+        let vals = self.stage_values(i);
+        complete_code(spec.kind, *stage, &outs, &vals, root.as_ref())
     }
 
     fn op(&mut self, i: usize) -> TokenStream {
@@ -314,31 +458,14 @@ impl Gen<'_> {
                 args,
                 stage,
                 span,
-                arg_spans,
-                checks,
+                ..
             } => {
                 self.sync_point(quote!(#rt::SyncPoint::Stage(#stage)));
                 self.calls_after_stages = false;
-                let vals: Vec<StageValue> = args
-                    .iter()
-                    .zip(arg_spans)
-                    .enumerate()
-                    .map(|(i, (&a, &span))| StageValue {
-                        ident: at_user(&self.borrow(Local::Value(a)), span),
-                        span,
-                        checked: checks.get(i).map(|&k| checked_type(k)),
-                    })
-                    .collect();
+                let vals = self.stage_values(i);
                 let collective = collective_expr(spec, reduce.as_ref(), root.as_ref(), *span);
                 let labels: Vec<&str> = args.iter().map(|&a| g.values[a].label.as_str()).collect();
-                stage_code(
-                    spec.kind,
-                    (*stage, &labels),
-                    &outs,
-                    &vals,
-                    &collective,
-                    root.as_ref(),
-                )
+                start_code(spec.kind, (*stage, &labels), &vals, &collective)
             }
             OpKind::Tuple { parts } => {
                 let at = Span::call_site();

@@ -12,7 +12,8 @@ use super::kept::Kept;
 use super::region::{Regions, SlotIdx};
 use super::{Bucketable, Gather, Scatter};
 use crate::comm::{
-    Collective, Communicator, Header, SharedBuffers, SlotData, SlotDesc, StageError, Status,
+    Collective, Communicator, Header, Progress, SharedBuffers, SlotData, SlotDesc, StageError,
+    Status,
 };
 use crate::{DType, Element, Error};
 
@@ -98,6 +99,13 @@ pub struct FusedStage {
     pub(super) ranks: usize,
     /// The execution this stage last took part in (see `StepCtx::drain`).
     pub(crate) last_round: u64,
+    /// Whether the step completes this stage later than it starts it, with calls between:
+    /// it starts through [`Communicator::start_stage`] (see [`FusedStage::start`]).
+    pub(crate) deferred: bool,
+    /// Started and in flight: whether its results are then shared (see `run`).
+    pending: Option<bool>,
+    /// The collective of the stage in flight.
+    last_collective: Collective,
 }
 
 impl FusedStage {
@@ -121,6 +129,9 @@ impl FusedStage {
             rank: 0,
             ranks: 1,
             last_round: 0,
+            deferred: false,
+            pending: None,
+            last_collective: Collective::AllGather,
         }
     }
 
@@ -293,7 +304,7 @@ impl FusedStage {
     }
 
     /// Refuses a value during the layout: `run` reports `error` (the first one).
-    pub(super) fn refuse(&mut self, error: Error) {
+    pub(crate) fn refuse(&mut self, error: Error) {
         self.failed.get_or_insert(error);
     }
 
@@ -505,6 +516,44 @@ impl FusedStage {
         collective: Collective,
         group: &'static str,
     ) -> Result<(), Error> {
+        self.start(comm, collective, group)?;
+        self.finish(comm, group)
+    }
+
+    /// Whether the stage is started and not yet finished.
+    #[inline]
+    pub(crate) fn in_flight(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Waits for the stage that [`FusedStage::start`] left in flight, if it did: its results
+    /// are then in the buffers, as after [`FusedStage::run`].
+    pub(crate) fn finish<C: Communicator>(
+        &mut self,
+        comm: &mut C,
+        group: &'static str,
+    ) -> Result<(), Error> {
+        let Some(share) = self.pending.take() else {
+            return Ok(());
+        };
+        let (inputs, outputs) = (&mut self.inputs, &mut self.outputs);
+        let result = inputs.with_slices(|ins| {
+            outputs.with_slices(|outs| comm.complete_stage(self.last_collective, ins, outs))
+        });
+        let result = result.and_then(|()| self.exchange(comm, share));
+        result.map_err(|e| self.stage_error(e, group))
+    }
+
+    /// Agrees with the other ranks and starts the collective over every region at once: to
+    /// its end, unless the stage is [deferred](Self::deferred) and the communicator goes on
+    /// in the background (then [`FusedStage::finish`] waits for it). Lent values are read
+    /// during this call only.
+    pub(crate) fn start<C: Communicator>(
+        &mut self,
+        comm: &mut C,
+        collective: Collective,
+        group: &'static str,
+    ) -> Result<(), Error> {
         self.rank = comm.rank();
         self.ranks = comm.size();
         self.end_packing();
@@ -547,28 +596,45 @@ impl FusedStage {
             data: &self.data,
         };
         let share = comm.shares_results(collective, &header);
+        let deferred = self.deferred;
         let (inputs, outputs) = (&mut self.inputs, &mut self.outputs);
         let result = inputs.with_slices(|ins| {
-            outputs.with_slices(|outs| comm.stage(&header, collective, ins, outs))
+            outputs.with_slices(|outs| match deferred {
+                true => comm.start_stage(&header, collective, ins, outs),
+                false => comm
+                    .stage(&header, collective, ins, outs)
+                    .map(|()| Progress::Complete),
+            })
         });
-        let result = result.and_then(|()| {
-            if !share {
-                return Ok(());
+        let result = result.and_then(|progress| match progress {
+            Progress::Complete => self.exchange(comm, share),
+            Progress::InFlight => {
+                self.pending = Some(share);
+                self.last_collective = collective;
+                Ok(())
             }
-            // After the stage: no `&mut` into our buffers is alive any more.
-            let mut buffers = SharedBuffers::default();
-            if comm.lends_results() {
-                self.inputs.offer(&mut buffers);
-            }
-            comm.exchange_results(&mut buffers)?;
-            let mut views = [0; DType::COUNT];
-            for slot in &self.slots {
-                views[slot.dtype.index()] += 1;
-            }
-            self.inputs.adopt(&mut buffers, &views);
-            Ok(())
         });
         result.map_err(|e| self.stage_error(e, group))
+    }
+
+    /// After a stage whose results are `shared`, every rank's views of the lending rank's
+    /// buffers.
+    fn exchange<C: Communicator>(&mut self, comm: &mut C, shared: bool) -> Result<(), StageError> {
+        if !shared {
+            return Ok(());
+        }
+        // After the stage: no `&mut` into our buffers is alive any more.
+        let mut buffers = SharedBuffers::default();
+        if comm.lends_results() {
+            self.inputs.offer(&mut buffers);
+        }
+        comm.exchange_results(&mut buffers)?;
+        let mut views = [0; DType::COUNT];
+        for slot in &self.slots {
+            views[slot.dtype.index()] += 1;
+        }
+        self.inputs.adopt(&mut buffers, &views);
+        Ok(())
     }
 
     /// Lets go of rank 0's buffers once this rank's outputs view them (they keep their own
@@ -586,7 +652,17 @@ impl FusedStage {
         // rank is the first thing the agreement checks, and its collective need not match
         // the others'); the caller already has its error.
         let skip = Collective::AllReduce(crate::ReduceOp::Sum);
-        match comm.stage(&Header::FAILED, skip, &mut [], &mut []) {
+        // The same call as the other ranks make for this stage.
+        let skipped = match self.deferred {
+            true => comm
+                .start_stage(&Header::FAILED, skip, &mut [], &mut [])
+                .and_then(|progress| match progress {
+                    Progress::InFlight => comm.complete_stage(skip, &mut [], &mut []),
+                    Progress::Complete => Ok(()),
+                }),
+            false => comm.stage(&Header::FAILED, skip, &mut [], &mut []),
+        };
+        match skipped {
             Err(StageError::Comm(e)) => Some(e),
             _ => None,
         }

@@ -480,6 +480,15 @@ pub enum Disagreement {
     },
 }
 
+/// Where a stage is when [`Communicator::start_stage`] returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// Over: the results are in the regions, as after [`Communicator::stage`].
+    Complete,
+    /// Going on: [`Communicator::complete_stage`] waits for it.
+    InFlight,
+}
+
 /// Why a communicator's stage did not complete.
 #[derive(Debug)]
 pub enum StageError {
@@ -547,6 +556,44 @@ pub trait Communicator: Send + 'static {
         regions: &mut [RegionMut<'_>],
         outputs: &mut [RegionMut<'_>],
     ) -> Result<(), StageError>;
+
+    /// Starts one fused stage that the step completes later ([`Communicator::complete_stage`]),
+    /// running other methods meanwhile: a stage that the graph's next calls do not read.
+    /// The arguments are [`stage`](Communicator::stage)'s, and so is what it must do, but it
+    /// may return [`Progress::InFlight`] before the stage is over, the rest going on in the
+    /// background (on another thread, or on a device's stream). Lent values
+    /// ([`Header::data`]) may be read during this call only: the step drops or moves them
+    /// after it.
+    ///
+    /// Every rank of the group calls it for the same stages (the graph's deferred stages;
+    /// [`stage`](Communicator::stage) for the others), in the same order; a rank may start
+    /// further stages before it completes this one, and completes them in the order it
+    /// started them. The default runs [`stage`](Communicator::stage) to its end.
+    fn start_stage(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        regions: &mut [RegionMut<'_>],
+        outputs: &mut [RegionMut<'_>],
+    ) -> Result<Progress, StageError> {
+        self.stage(header, collective, regions, outputs)
+            .map(|()| Progress::Complete)
+    }
+
+    /// Waits for the oldest stage that [`start_stage`](Communicator::start_stage) left
+    /// [in flight](Progress::InFlight) and leaves its results in `regions` and `outputs`:
+    /// the buffers that `start_stage` got, with the same layout, untouched by the rank
+    /// meanwhile. An error as [`stage`](Communicator::stage)'s. The default does nothing
+    /// (a communicator that never returns `InFlight` is never asked).
+    fn complete_stage(
+        &mut self,
+        collective: Collective,
+        regions: &mut [RegionMut<'_>],
+        outputs: &mut [RegionMut<'_>],
+    ) -> Result<(), StageError> {
+        let _ = (collective, regions, outputs);
+        Ok(())
+    }
 
     /// Whether this communicator takes its inputs from [`Header::data`] rather than from
     /// packed regions. When it does, a stage packs only the values that cannot lend their

@@ -60,23 +60,34 @@ pub struct StepCtx<C> {
     /// The empty stage that ends each step, if the schedule ends with [`SyncPoint::End`]
     /// and the group spans processes; `None` costs nothing.
     end: Option<FusedStage>,
+    /// The stages started and not yet finished, in the order they started.
+    in_flight: Vec<usize>,
 }
 
 impl<C: Communicator> StepCtx<C> {
+    /// The context of rank `comm.rank()`, the `local`-th of its group in this process.
+    /// `deferred` lists the stages that the step completes after later calls, which run
+    /// in the background where the communicator can when `overlap` is on (see
+    /// [`LaunchOptions::overlap`](crate::LaunchOptions::overlap)).
     pub(crate) fn new(
         group: &'static str,
-        comm: C,
-        local: usize,
-        stage_names: &[&'static str],
+        (comm, local): (C, usize),
+        (stage_names, deferred, overlap): (&[&'static str], &[usize], bool),
         schedule: &'static [SyncPoint],
         links: Links,
         activity: Arc<[Activity]>,
     ) -> Self {
+        let stages = stage_names.iter().enumerate().map(|(i, &n)| {
+            let mut st = FusedStage::new(n);
+            st.deferred = overlap && deferred.contains(&i);
+            st
+        });
         Self {
             group,
             rank: comm.rank(),
             local,
-            stages: stage_names.iter().map(|&n| FusedStage::new(n)).collect(),
+            in_flight: Vec::with_capacity(stage_names.len()),
+            stages: stages.collect(),
             round: 0,
             poisoned: None,
             activity,
@@ -158,18 +169,72 @@ impl<C: Communicator> StepCtx<C> {
     /// graph (by slot, for its errors).
     #[inline]
     pub fn stage<'v>(&mut self, idx: usize, values: &'static [&'static str]) -> Stage<'_, 'v, C> {
+        // Only a hand-written step begins a stage again before completing it.
+        let unfinished = match self.stages[idx].in_flight() {
+            true => self.finish_through(idx).err(),
+            false => None,
+        };
         let st = &mut self.stages[idx];
         let span = trace::stage(self.group, self.rank, st.name(), values);
         st.begin();
+        if let Some(e) = unfinished {
+            st.refuse(e);
+        }
         st.name_values(values);
         Stage {
             st,
+            idx,
+            in_flight: &mut self.in_flight,
             comm: &mut self.comm,
             group: self.group,
             round: self.round,
             activity: &self.activity[self.local].0,
             span,
+            started: false,
             _values: PhantomData,
+        }
+    }
+
+    /// Waits for stage `started` and hands its results out: what its
+    /// [`Stage::start`] began, finished. Stages in flight finish in the order they
+    /// started, so every one started before it finishes first (an error of one of them is
+    /// this call's).
+    #[inline]
+    pub fn complete(&mut self, started: Started) -> Result<Done<'_>, Error> {
+        let idx = started.idx;
+        if self.stages[idx].in_flight() {
+            let _span = trace::complete(self.group, self.rank, self.stages[idx].name());
+            self.finish_through(idx)?;
+        }
+        Ok(Done {
+            st: &mut self.stages[idx],
+        })
+    }
+
+    /// Finishes every stage in flight up to and including `idx`, in the order they
+    /// started; the first error, once all of them are finished.
+    fn finish_through(&mut self, idx: usize) -> Result<(), Error> {
+        let Some(end) = self.in_flight.iter().position(|&i| i == idx) else {
+            return Ok(());
+        };
+        let activity = &self.activity[self.local].0;
+        let mut first = Ok(());
+        for i in self.in_flight.drain(..=end) {
+            activity.store(IN_COLLECTIVE, Relaxed);
+            let finished = self.stages[i].finish(&mut self.comm, self.group);
+            activity.store(IN_CODE, Relaxed);
+            if first.is_ok() {
+                first = finished;
+            }
+        }
+        first
+    }
+
+    /// Finishes every stage still in flight; the first error.
+    fn finish_all(&mut self) -> Result<(), Error> {
+        match self.in_flight.last() {
+            Some(&last) => self.finish_through(last),
+            None => Ok(()),
         }
     }
 
@@ -402,7 +467,8 @@ impl<C: Communicator> StepCtx<C> {
             }
         }
         if let Some(Ok(_)) = out {
-            if let Err(e) = self.end_step() {
+            // A step that left a stage in flight (only a hand-written one does) ends it.
+            if let Err(e) = self.finish_all().and_then(|()| self.end_step()) {
                 *out = Some(Err(e));
             }
         }
@@ -459,7 +525,6 @@ impl<C: Communicator> StepCtx<C> {
     /// (under MPI): every process reports the first failed rank's error, this one too.
     fn drain(&mut self, cause: Option<&Error>) -> Option<Error> {
         let (rank, round) = (self.rank, self.round);
-        let activity = &self.activity[self.local].0;
         // The earliest failed rank so far (this one's, if its error is its own) and the
         // error of an earlier one, reported by a stage.
         let mut first = cause.and_then(Error::failed_rank).unwrap_or(usize::MAX);
@@ -472,6 +537,11 @@ impl<C: Communicator> StepCtx<C> {
                 }
             }
         };
+        // The stages in flight started before any synchronization not yet reached.
+        while let Some(&idx) = self.in_flight.first() {
+            weigh(self.finish_through(idx).err());
+        }
+        let activity = &self.activity[self.local].0;
         for (at, point) in self.schedule.iter().enumerate() {
             match *point {
                 SyncPoint::Stage(idx) => {
@@ -548,19 +618,62 @@ fn skip_stage<C: Communicator>(
 /// a communicator can read them in place instead of from a packed copy.
 pub struct Stage<'a, 'v, C> {
     st: &'a mut FusedStage,
+    /// The stage's index in the step, and the step's stages in flight.
+    idx: usize,
+    in_flight: &'a mut Vec<usize>,
     comm: &'a mut C,
     group: &'static str,
     round: u64,
     activity: &'a AtomicU8,
     /// The stage's span, entered from `stage` until the outputs are made.
     span: trace::Guard,
+    /// Whether [`Stage::start`] handed the stage on to [`StepCtx::complete`].
+    started: bool,
     _values: PhantomData<&'v ()>,
 }
 
 impl<C> Drop for Stage<'_, '_, C> {
     fn drop(&mut self) {
+        // The outputs are made: hand rank 0's shared result buffers back (once they are
+        // made, after `StepCtx::complete`, for a started stage).
+        if !self.started {
+            self.st.release_shared();
+        }
+    }
+}
+
+/// A fused stage that [`Stage::start`] began: [`StepCtx::complete`] waits for it and hands
+/// its results out.
+#[must_use = "a started stage's results are read through `StepCtx::complete`"]
+#[derive(Debug)]
+pub struct Started {
+    idx: usize,
+}
+
+/// A completed fused stage, whose results [`Done::output`] hands out.
+pub struct Done<'a> {
+    st: &'a mut FusedStage,
+}
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
         // The outputs are made: hand rank 0's shared result buffers back.
         self.st.release_shared();
+    }
+}
+
+impl Done<'_> {
+    /// This rank's result for a value: a view into the flat buffer.
+    #[inline]
+    pub fn output<T: Bucketable>(&mut self, value: &T, at: SlotIdx) -> T {
+        self.st.output(value, at)
+    }
+
+    /// The stage itself, for the `output` flavours of the collectives whose results have
+    /// another type or length (`allgather`, `reducescatter`, `reduce`).
+    #[inline]
+    pub fn fused(&mut self) -> &mut FusedStage {
+        self.st
     }
 }
 
@@ -598,6 +711,25 @@ impl<'v, C: Communicator> Stage<'_, 'v, C> {
     #[inline]
     pub fn pack_scatter<T: Scatter>(&mut self, value: &'v T, at: SlotIdx) {
         self.pack(value, at)
+    }
+
+    /// Agrees with the other ranks and starts the collective over the whole buffer, which
+    /// goes on while the step runs its next calls if the stage is one the graph completes
+    /// later and the communicator can ([`Communicator::start_stage`]); the values are no
+    /// longer borrowed. [`StepCtx::complete`] waits for it.
+    #[inline]
+    pub fn start(mut self, collective: Collective) -> Result<Started, Error> {
+        self.st.last_round = self.round;
+        self.started = true;
+        let _span = trace::collective(&self.span, collective, self.st.slots());
+        self.activity.store(IN_COLLECTIVE, Relaxed);
+        let result = self.st.start(self.comm, collective, self.group);
+        self.activity.store(IN_CODE, Relaxed);
+        result?;
+        if self.st.in_flight() {
+            self.in_flight.push(self.idx);
+        }
+        Ok(Started { idx: self.idx })
     }
 
     /// Agrees with the other ranks and runs the collective over the whole buffer.

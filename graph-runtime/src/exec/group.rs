@@ -32,6 +32,10 @@ pub struct GroupSpec {
     pub name: &'static str,
     /// The names of the group's fused stages, in step order.
     pub stages: &'static [&'static str],
+    /// The stages whose step completes them after later calls (their results are first
+    /// read there, or at the end of the step), by index: those that may go on meanwhile
+    /// (see [`LaunchOptions::overlap`](crate::LaunchOptions::overlap)).
+    pub deferred: &'static [usize],
     /// The group's stages and edge operations in step order, which the failure path of a
     /// rank follows (see [`SyncPoint`]).
     pub schedule: &'static [SyncPoint],

@@ -37,7 +37,7 @@ mod route;
 mod wake;
 
 pub use actors::Actors;
-pub use ctx::{Stage, StepCtx, SyncPoint};
+pub use ctx::{Done, Stage, Started, StepCtx, SyncPoint};
 pub use deal::{Deal, Elements, PerRankValues, RankInputs};
 pub use driver::{Driven, Driver, GraphDriver};
 pub use edge::{Edge, EdgeValue};

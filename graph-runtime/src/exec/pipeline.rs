@@ -18,6 +18,7 @@ pub struct LaunchOptions {
     /// 0 until the launch divides the cores among the actors (see `resolve_threads`).
     compute_threads: usize,
     pin_threads: bool,
+    overlap: bool,
 }
 
 impl Default for LaunchOptions {
@@ -28,6 +29,7 @@ impl Default for LaunchOptions {
             poll_runs_steps: false,
             compute_threads: 0,
             pin_threads: false,
+            overlap: true,
         }
     }
 }
@@ -116,6 +118,44 @@ impl LaunchOptions {
     /// Whether [`LaunchOptions::pin_threads`] is on.
     pub fn pins_threads(&self) -> bool {
         self.pin_threads
+    }
+
+    /// Lets a fused stage go on while the actor runs the calls after it that do not read
+    /// its results (on by default): the stage starts where the graph has it, and its
+    /// results are waited for at their first use, or at the end of the step. Which stages
+    /// can go on is read from the graph; whether one does is the backend's (across
+    /// processes, the MPI backend's). Off, every stage runs to its end before the actor's
+    /// next call, as a graph written in that order would; the results are the same bit
+    /// for bit either way. See "Overlapping communication" in the README.
+    ///
+    /// ```
+    /// # use actorgraph::prelude::*;
+    /// # struct Worker;
+    /// # #[actor] impl Worker {
+    /// #     fn grad(&mut self, x: f32) -> f32 { x }
+    /// #     fn other(&mut self) -> f32 { 1.0 }
+    /// # }
+    /// graph! {
+    ///     G(workers: [Worker], x: f32) {
+    ///         let g = workers.grad(x);
+    ///         let r = allreduce(g);       // starts here,
+    ///         let o = workers.other();    // goes on while this runs,
+    ///         (r, o)                      // and is waited for here.
+    ///     }
+    /// }
+    /// let options = LaunchOptions::default().overlap(false);
+    /// let mut g = G::launch_with(vec![Worker, Worker], Cpu, options)?;
+    /// assert_eq!(g.execute(2.0)?, vec![(4.0, 1.0), (4.0, 1.0)]);
+    /// # Ok::<(), actorgraph::Error>(())
+    /// ```
+    pub fn overlap(mut self, on: bool) -> Self {
+        self.overlap = on;
+        self
+    }
+
+    /// Whether [`LaunchOptions::overlap`] is on.
+    pub fn overlaps(&self) -> bool {
+        self.overlap
     }
 
     /// The value set by [`LaunchOptions::compute_threads`], or what the launch chose; `None`

@@ -48,6 +48,9 @@ struct RankStart<A, C, I, O, E, F> {
     threads: usize,
     /// Whether its thread is pinned to cores ([`LaunchOptions::pin_threads`]).
     pin: bool,
+    /// Whether deferred stages may go on while the actor computes
+    /// ([`LaunchOptions::overlap`]).
+    overlap: bool,
     step: F,
 }
 
@@ -110,6 +113,7 @@ where
                     .threads_per_actor()
                     .unwrap_or_else(|| crate::threads::per_actor(size)),
                 pin: options.pins_threads(),
+                overlap: options.overlaps(),
                 step,
             };
             match Self::spawn_rank(start) {
@@ -151,6 +155,7 @@ where
         let spec = GroupSpec {
             name,
             stages: stage_names,
+            deferred: &[],
             schedule,
             groups: &[],
         };
@@ -205,6 +210,7 @@ where
                 GroupSpec {
                     name,
                     stages: stage_names,
+                    deferred,
                     schedule,
                     groups,
                 },
@@ -219,6 +225,7 @@ where
             dispatch,
             threads,
             pin,
+            overlap,
             step,
         } = start;
         // The actor's rank in its whole group, which spans processes under MPI; `rank` is
@@ -257,7 +264,8 @@ where
                 // communicator may change threads.
                 let send = send.filter(|_| comm.runs_on_any_thread());
                 let activity = Arc::clone(&shared.activity);
-                let ctx = StepCtx::new(name, comm, rank, stage_names, schedule, links, activity);
+                let stages = (stage_names, deferred, overlap);
+                let ctx = StepCtx::new(name, (comm, rank), stages, schedule, links, activity);
                 let step = move |a: &mut A, c: &mut StepCtx<C>, i: &I| step(a, c, i, &edges);
                 let returned = match send {
                     Some(send) => {
