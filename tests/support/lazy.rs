@@ -2,7 +2,9 @@
 //! backend's do: `start_stage` keeps the inputs for itself and leaves zeros in the regions,
 //! and the collective runs only in `complete_stage`. A step that read a result before its
 //! completion would see those zeros. Every call is written to a log, beside the methods'
-//! own entries, to show what ran while a stage was in flight.
+//! own entries, to show what ran while a stage was in flight. (Its collective waits for
+//! every rank's completion, which `Communicator::start_stage` does not allow: enough for
+//! graphs of one group, where every rank completes at the same place.)
 
 use std::any::Any;
 use std::collections::VecDeque;

@@ -1,5 +1,5 @@
 //! [`FusedStage`]: one fused collective stage on one rank, driven in a fixed sequence
-//! (begin, add, prepare, pack, run, output) and kept across executions, and the handles
+//! (begin, add, prepare, pack, start or run, output) and kept across executions, and the handles
 //! through which a value's walk over its parts reaches it ([`Layout`], [`Hand`],
 //! [`Parts`]). What those handles do is in `parts.rs`, which depends on this file, not
 //! the other way.

@@ -568,7 +568,10 @@ pub trait Communicator: Send + 'static {
     /// Every rank of the group calls it for the same stages (the graph's deferred stages;
     /// [`stage`](Communicator::stage) for the others), in the same order; a rank may start
     /// further stages before it completes this one, and completes them in the order it
-    /// started them. The default runs [`stage`](Communicator::stage) to its end.
+    /// started them. A stage in flight must end without this rank's help: its completion
+    /// may wait for the other ranks' starts, never for their completions, which they may
+    /// reach only after this rank's later calls (an edge this rank sends on). The default
+    /// runs [`stage`](Communicator::stage) to its end.
     fn start_stage(
         &mut self,
         header: &Header<'_>,
