@@ -624,8 +624,20 @@ fn same<T: std::fmt::Debug>(what: &str, rank: usize, got: &[T], want: &[T]) {
 }
 
 fn collectives(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
-    let workers: Vec<W> = here.clone().map(|rank| W { rank }).collect();
-    let mut g = Coll::launch(workers, mpi).unwrap();
+    let workers = || here.clone().map(|rank| W { rank }).collect::<Vec<_>>();
+    // With overlap (the default), every stage but the first starts while another is in
+    // flight, and the progress thread leads them all; without, each runs where it is.
+    let off = LaunchOptions::default().overlap(false);
+    let mut h = Coll::launch_with(workers(), mpi, off).unwrap();
+    let in_order: Vec<String> = (0..3)
+        .map(|s| format!("{:?}", h.execute(s).unwrap()))
+        .collect();
+    drop(h.teardown_each());
+    let mut g = Coll::launch(workers(), mpi).unwrap();
+    let overlapped: Vec<String> = (0..3)
+        .map(|s| format!("{:?}", g.execute(s).unwrap()))
+        .collect();
+    assert_eq!(overlapped, in_order, "overlap on and off differ");
     assert_eq!(g.ranks("workers"), Some(here.clone()));
     assert_eq!(g.group_size("workers"), Some(size));
     if size >= 3 {
@@ -960,8 +972,53 @@ graph! {
     }
 }
 
+graph! {
+    InFlight(workers: [F], first: Trouble, then: Trouble) {
+        let a = allreduce(workers.make(first), Sum);
+        let b = workers.make(then);
+        let c = allreduce(b, Max);
+        (a, c)
+    }
+}
+
+/// Failures while a stage is in flight (led by the progress thread while `make` runs):
+/// the same error on every process, and the graph stays usable.
+fn in_flight(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
+    let workers = || here.clone().map(|rank| F { rank }).collect::<Vec<_>>();
+    let mut g = InFlight::launch(workers(), mpi).unwrap();
+    let (total, max) = ((0..size).map(|q| q as f32).sum::<f32>(), (size - 1) as f32);
+    let fine = |g: &mut InFlight| {
+        for (a, c) in g.execute(Trouble::None, Trouble::None).unwrap() {
+            assert_eq!((a.to_vec(), c.to_vec()), (vec![total; 4], vec![max; 4]));
+        }
+    };
+    fine(&mut g);
+    let last = size - 1;
+    expect::refused(g.execute(Trouble::None, Trouble::Err(last)), "make", last);
+    fine(&mut g);
+    expect::refused(g.execute(Trouble::None, Trouble::Errs(1, last)), "make", 1);
+    fine(&mut g);
+    // The first stage fails on every rank, the second is skipped by every rank.
+    expect::refused(g.execute(Trouble::Err(last), Trouble::None), "make", last);
+    fine(&mut g);
+    match g.execute(Trouble::None, Trouble::Shape(last)) {
+        Err(Error::ShapeMismatch { shapes, .. }) => assert_eq!(shapes[last], vec![5]),
+        other => panic!("expected a shape mismatch, got {other:?}"),
+    }
+    fine(&mut g);
+    expect::panicked(
+        g.execute(Trouble::None, Trouble::Panic(1)),
+        "make",
+        1,
+        "rank 1 gave up",
+    );
+    expect::poisoned(g.execute(Trouble::None, Trouble::None), 1);
+    drop(g.teardown_each());
+}
+
 fn failures(mpi: &Mpi, here: std::ops::Range<usize>, size: usize) {
     two_groups(mpi, here.clone(), size);
+    in_flight(mpi, here.clone(), size);
     let mut g =
         Fails::launch(here.clone().map(|rank| F { rank }).collect::<Vec<_>>(), mpi).unwrap();
     let total = (0..size).map(|q| q as f32).sum::<f32>();

@@ -75,6 +75,12 @@ struct Open {
     /// Whether something that takes time (a call, another stage, an edge) runs between its
     /// start and its completion.
     busy: bool,
+    /// Its results, and the values made from them by the items it holds.
+    outs: Vec<ValueId>,
+    /// The items that only take its results apart or put them together (a nested
+    /// collective's tuple, a `let (x, y) = ..`): they wait for its completion, and their
+    /// values count as its results.
+    held: Vec<Item>,
 }
 
 /// A group's step, as code.
@@ -201,6 +207,7 @@ impl Gen<'_> {
         let mut close = |open: &mut Vec<Open>, upto: usize, entries: &mut Vec<Entry>| {
             for o in open.drain(..upto) {
                 entries.push(Entry::Complete(o.op));
+                entries.extend(o.held.into_iter().map(Entry::Item));
                 if o.busy {
                     if let OpKind::Collective { stage, .. } = self.g.ops[o.op].kind {
                         deferred.push(stage);
@@ -210,24 +217,28 @@ impl Gen<'_> {
         };
         for item in self.sched.of_group(self.g, self.group) {
             let reads = self.reads(item);
-            let reads_open = open.iter().rposition(|o| {
-                self.g.ops[o.op]
-                    .outs
-                    .iter()
-                    .any(|&v| reads.contains(&Local::Value(v)))
-            });
-            if let Some(k) = reads_open {
-                close(&mut open, k + 1, &mut entries);
-            }
+            let reads_open = open
+                .iter()
+                .rposition(|o| o.outs.iter().any(|&v| reads.contains(&Local::Value(v))));
             // What takes time: everything but taking a value apart or putting it together.
-            let takes_time = match item {
-                Item::Op(i) => !matches!(
+            let instant = match item {
+                Item::Op(i) => matches!(
                     self.g.ops[i].kind,
                     OpKind::Tuple { .. } | OpKind::Fields { .. } | OpKind::Pick { .. }
                 ),
-                Item::Send(_) | Item::Recv(_) => true,
+                Item::Send(_) | Item::Recv(_) => false,
             };
-            if takes_time {
+            match (reads_open, item) {
+                // Held by the stage whose results it reads (the latest, if several).
+                (Some(k), Item::Op(i)) if instant => {
+                    open[k].outs.extend(&self.g.ops[i].outs);
+                    open[k].held.push(item);
+                    continue;
+                }
+                (Some(k), _) => close(&mut open, k + 1, &mut entries),
+                (None, _) => {}
+            }
+            if !instant {
                 open.iter_mut().for_each(|o| o.busy = true);
             }
             entries.push(Entry::Item(item));
@@ -235,8 +246,12 @@ impl Gen<'_> {
                 if matches!(self.g.ops[i].kind, OpKind::Collective { .. }) {
                     // A stage that starts while others are in flight goes through the same
                     // door, so that the communicator sees every stage of the run in order.
-                    let busy = !open.is_empty();
-                    open.push(Open { op: i, busy });
+                    open.push(Open {
+                        op: i,
+                        busy: !open.is_empty(),
+                        outs: self.g.ops[i].outs.clone(),
+                        held: Vec::new(),
+                    });
                 }
             }
         }

@@ -595,8 +595,10 @@ impl FusedStage {
             dims: &self.dims,
             data: &self.data,
         };
-        let share = comm.shares_results(collective, &header);
         let deferred = self.deferred;
+        // A deferred stage's results are each rank's own: sharing them would make every
+        // rank meet again after it.
+        let share = !deferred && comm.shares_results(collective, &header);
         let (inputs, outputs) = (&mut self.inputs, &mut self.outputs);
         let result = inputs.with_slices(|ins| {
             outputs.with_slices(|outs| match deferred {

@@ -41,6 +41,7 @@
 //! figures behind them are in `BENCHMARKS.md#thresholds`.
 
 mod agree;
+mod background;
 mod board;
 mod broadcast;
 mod gather;
@@ -56,10 +57,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Release;
 use std::sync::{Arc, Mutex};
 
-use self::board::{aborted, lock, Board, Outcome};
+use self::background::{copy_results, Background, Stopper};
+use self::board::{aborted, lock, Board, Outcome, Post, Shared};
 use self::leader::{mpi_count, Leader, Parts, Stop};
 use self::pack::{
-    by_dtype, copy_out, gather_input, pack_lent, pack_unpacked, posts_in_place, region_bytes,
+    by_dtype, copy_out, gather_input, pack_lent, pack_unpacked, posts_in_place, region_bytes, Mine,
     Unpacked,
 };
 use self::plan::{Caps, Facts, Plan};
@@ -68,7 +70,8 @@ use super::wait::Abandoned;
 use super::wire::{self, Failure, OwnedHeader};
 use super::{GroupLayout, World};
 use crate::comm::{
-    AbortHandle, Collective, Communicator, Header, RegionMut, SharedBuffers, StageError, Status,
+    AbortHandle, Collective, Communicator, Header, Progress, RegionMut, SharedBuffers, StageError,
+    Status,
 };
 use crate::Error;
 
@@ -81,6 +84,12 @@ pub struct MpiComm {
     rank: usize,
     /// The error of this rank's step in the execution under way, for the other processes.
     failure: Option<Failure>,
+    /// How many deferred stages this rank has started, and completed (see `background`).
+    started: u64,
+    completed: u64,
+    /// Shared by the process's endpoints of the group: the last one dropped stops the
+    /// progress thread.
+    _progress: Arc<Stopper>,
 }
 
 /// What the ranks of a group in one process share.
@@ -93,6 +102,8 @@ struct Node {
     /// Set by the abort handle: the leader gives up the agreement under way (see `wait`).
     aborted: AtomicBool,
     census: Census,
+    /// The deferred stages and their progress thread.
+    background: Background,
     // Last: the communicators in `leader` and `census` are freed before MPI may end.
     _world: Arc<World>,
 }
@@ -109,14 +120,19 @@ impl MpiComm {
             census: Census::new(layout.census, layout.counts.clone(), layout.process),
             caps: Caps::new(layout.counts, layout.offsets, layout.process),
             aborted: AtomicBool::new(false),
+            background: Background::default(),
             _world: world,
         });
+        let progress = Arc::new(Stopper(Arc::clone(&node)));
         (0..n)
             .map(|local| MpiComm {
                 node: Arc::clone(&node),
                 local,
                 rank: first + local,
                 failure: None,
+                started: 0,
+                completed: 0,
+                _progress: Arc::clone(&progress),
             })
             .collect()
     }
@@ -133,11 +149,7 @@ impl MpiComm {
         keep_lent: bool,
     ) -> Unpacked<'h> {
         let mut unpacked = Unpacked::default();
-        let failure = match header.status {
-            Status::Failed => self.failure.take(),
-            // A failure of an earlier execution that no stage carried is stale.
-            Status::Ok => self.failure.take().and(None),
-        };
+        let failure = self.take_failure(header);
         let mut post = self.node.board.post(self.local);
         post.words.clear();
         wire::encode(header, collective, &mut post.words);
@@ -164,6 +176,17 @@ impl MpiComm {
     }
 }
 
+impl MpiComm {
+    /// This rank's error to send with a stage whose header is `header`.
+    fn take_failure(&mut self, header: &Header<'_>) -> Option<Failure> {
+        match header.status {
+            Status::Failed => self.failure.take(),
+            // A failure of an earlier execution that no stage carried is stale.
+            Status::Ok => self.failure.take().and(None),
+        }
+    }
+}
+
 impl Communicator for MpiComm {
     fn rank(&self) -> usize {
         self.rank
@@ -180,6 +203,16 @@ impl Communicator for MpiComm {
         regions: &mut [RegionMut<'_>],
         outputs: &mut [RegionMut<'_>],
     ) -> Result<(), StageError> {
+        if self.started != self.completed {
+            // The progress thread leads the stages in flight: a stage led here meanwhile
+            // would make this process's MPI calls out of order.
+            return Err(StageError::Comm(crate::Error::Backend(format!(
+                "MPI stage of group `{}`: a stage run to its end while {} started ones are \
+                 in flight (a step completes its stages before it runs another in place)",
+                self.node.group,
+                self.started - self.completed
+            ))));
+        }
         let node = Arc::clone(&self.node);
         // The leader plans once, from its own header: if the ranks agree, every process
         // plans from these very facts.
@@ -222,11 +255,73 @@ impl Communicator for MpiComm {
         Ok(())
     }
 
+    /// A deferred stage: this rank copies its inputs into the job (see `background`) and
+    /// goes on; the progress thread leads it once every rank of the process has posted.
+    fn start_stage(
+        &mut self,
+        header: &Header<'_>,
+        collective: Collective,
+        regions: &mut [RegionMut<'_>],
+        _outputs: &mut [RegionMut<'_>],
+    ) -> Result<Progress, StageError> {
+        let failure = self.take_failure(header);
+        let (local, rank) = (self.local, self.rank);
+        let seq = self.started;
+        self.started += 1;
+        // A broadcast needs the root's values only.
+        let needed = !matches!(collective, Collective::Broadcast { root } if root != rank);
+        let caps = &self.node.caps;
+        self.node.post_job(seq, |job| {
+            if local == 0 {
+                // The leader's plan, from its own header, as in `stage`.
+                let facts = Facts::of(header.slots);
+                job.planned = Some((facts, plan::plan(&facts, collective, caps)));
+                job.collective = Some(collective);
+                job.slots.clear();
+                job.slots.extend_from_slice(header.slots);
+            }
+            let mut post = lock(&job.posts[local]);
+            post.words.clear();
+            wire::encode(header, collective, &mut post.words);
+            post.failure = failure;
+            for r in regions.iter_mut().filter(|_| needed) {
+                let d = r.dtype();
+                let region = region_bytes(r);
+                let dst = match local {
+                    0 => job.own[d.index()].bytes_mut(region.len()),
+                    _ => post.data[d.index()].bytes_mut(region.len()),
+                };
+                gather_input(header, d, region, dst);
+            }
+        });
+        Ok(Progress::InFlight)
+    }
+
+    fn complete_stage(
+        &mut self,
+        _collective: Collective,
+        regions: &mut [RegionMut<'_>],
+        outputs: &mut [RegionMut<'_>],
+    ) -> Result<(), StageError> {
+        let seq = self.completed;
+        self.completed += 1;
+        let me = (self.local, self.rank, self.node.caps.size);
+        let outcome = self.node.take_job(seq, |job| {
+            let outcome = job.outcome.as_ref().map(|(o, _)| o.clone());
+            if matches!(outcome, Some(Outcome::Ok)) {
+                copy_results(job, me, regions, outputs);
+            }
+            outcome.unwrap_or_default()
+        })?;
+        outcome.to_result(self.node.group)
+    }
+
     fn abort_handle(&self) -> AbortHandle {
         let node = Arc::clone(&self.node);
         let abort = AbortHandle::new(move || {
             node.aborted.store(true, Release);
             node.board.abort();
+            node.background.ring();
         });
         if !self.spans_processes() {
             return abort;
@@ -290,16 +385,39 @@ impl Node {
     /// out).
     fn lead(
         &self,
-        (facts, plan): (Facts, Plan),
+        planned: (Facts, Plan),
         collective: Collective,
         own: &mut [RegionMut<'_>],
         outputs: &mut [RegionMut<'_>],
         lend: bool,
         unpacked: Unpacked<'_>,
     ) -> (Outcome, bool) {
-        let mut leader = lock(&self.leader);
         let posts = self.board.posts();
         let mut shared = self.board.shared_mut();
+        let regions = (by_dtype(own), by_dtype(outputs));
+        self.lead_with(
+            planned,
+            collective,
+            (&posts, &mut shared),
+            regions,
+            lend,
+            unpacked,
+        )
+    }
+
+    /// [`Node::lead`] over the given posts and results: the board's for a stage run in
+    /// place, a job's for a deferred one (see `background`). `mine` and `outs` are the
+    /// leader's regions and outputs.
+    fn lead_with(
+        &self,
+        (facts, plan): (Facts, Plan),
+        collective: Collective,
+        (posts, shared): (&[std::sync::MutexGuard<'_, Post>], &mut Shared),
+        (mine, outs): (Mine<'_>, Mine<'_>),
+        lend: bool,
+        unpacked: Unpacked<'_>,
+    ) -> (Outcome, bool) {
+        let mut leader = lock(&self.leader);
         shared.lent = lend;
         shared.by_slot = false;
         let stop = Stop(&self.aborted);
@@ -312,11 +430,11 @@ impl Node {
             facts,
             collective,
             leader: &mut leader,
-            posts: &posts,
-            mine: by_dtype(own),
-            outs: by_dtype(outputs),
+            posts,
+            mine,
+            outs,
             unpacked,
-            shared: &mut shared,
+            shared,
             stop,
         };
         let (header, rode) = match agree::agree(&mut parts, plan == Plan::Small) {
