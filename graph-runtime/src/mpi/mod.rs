@@ -158,7 +158,8 @@ pub(crate) struct GroupLayout {
 }
 
 impl GroupLayout {
-    /// The number of ranks in every process together.
+    /// The number of ranks in every process together (for NCCL's communicator over them).
+    #[cfg(feature = "nccl")]
     pub(crate) fn size(&self) -> usize {
         self.counts.iter().sum()
     }

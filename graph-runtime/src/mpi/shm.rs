@@ -175,12 +175,7 @@ impl Mailboxes {
                     self.broken = true;
                     return Err(Abandoned);
                 }
-                spins += 1;
-                if spins < SPINS {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
+                crate::mpi::wait::idle_after(&mut spins, SPINS);
             }
         }
         self.round = target;

@@ -23,6 +23,49 @@ pub(super) struct Abandoned;
 /// processes of one machine completes within a few of them.
 const SPINS: u32 = 64;
 
+/// How long a patient waiter naps between polls, once spinning and yielding went on
+/// long enough: what keeps a wire moving (OpenMPI advances TCP only inside MPI calls)
+/// without taking a core from the actors.
+const NAP: std::time::Duration = std::time::Duration::from_micros(50);
+
+thread_local! {
+    /// Whether this thread waits patiently (see [`be_patient`]).
+    static PATIENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes this thread's waits for other processes nap between polls once a short spin and
+/// a few yields did not end them: for the progress thread, whose waits overlap the actors'
+/// computation on the same cores (see `comm::background`). Other waiters stay eager: an
+/// actor waiting for a stage has nothing else to do.
+pub(crate) fn be_patient() {
+    PATIENT.with(|p| p.set(true));
+}
+
+/// One failed poll more: spin, yield, or (patient) nap.
+#[inline]
+pub(super) fn idle(spins: &mut u32) {
+    idle_after(spins, SPINS);
+}
+
+/// [`idle`], spinning for the first `eager` polls.
+#[inline]
+pub(super) fn idle_after(spins: &mut u32, eager: u32) {
+    *spins = spins.saturating_add(1);
+    if *spins <= eager {
+        std::hint::spin_loop();
+    } else if *spins <= eager.saturating_add(SPINS) || !patient() {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(NAP);
+    }
+}
+
+/// Whether this thread waits patiently.
+#[inline]
+pub(super) fn patient() -> bool {
+    PATIENT.with(std::cell::Cell::get)
+}
+
 /// Waits until every request of `requests` is complete, or `stop()` says to give up.
 ///
 /// # Safety
@@ -97,10 +140,7 @@ unsafe fn poll<'a, D: ?Sized + 'a, S: Scope<'a>>(
         if stop() {
             return Err(Abandoned);
         }
-        spins += 1;
-        if spins > SPINS {
-            std::thread::yield_now();
-        }
+        idle(&mut spins);
     }
 }
 
@@ -219,10 +259,7 @@ pub(super) fn exchange(
         if receives.iter().all(|&r| r == null_request()) || stop() {
             break;
         }
-        spins += 1;
-        if spins > SPINS {
-            std::thread::yield_now();
-        }
+        idle(&mut spins);
     }
     let mut sent = 0;
     let count = i32::try_from(sends.len()).unwrap_or(i32::MAX);

@@ -9,7 +9,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::atomic::Ordering::Relaxed;
 use loom::thread;
 
-use super::{Barrier, Cells, Epoch};
+use super::{Barrier, Cells, Epoch, Jobs};
 
 #[test]
 fn loom_handoff_carries_data_both_ways() {
@@ -216,5 +216,100 @@ fn loom_barrier_posts_are_rewritten_only_after_every_peer_read_them() {
         for t in parties {
             t.join().unwrap();
         }
+    });
+}
+
+/// A job of two ranks: each writes its input, the worker sums them.
+#[derive(Default)]
+struct Job {
+    inputs: [u32; 2],
+    sum: u32,
+}
+
+/// Two ranks post a job and read it while a worker runs it: the worker runs it only once
+/// both have posted, and both read its result, whatever the interleaving.
+#[test]
+fn loom_a_job_runs_once_every_rank_posted_and_every_rank_reads_it() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let jobs = Arc::new(Jobs::<Job>::new(2));
+        let worker = {
+            let jobs = jobs.clone();
+            thread::spawn(move || {
+                if let Some((seq, mut job)) = jobs.next() {
+                    job.sum = job.inputs.iter().sum();
+                    jobs.ran(seq, job);
+                }
+            })
+        };
+        let other = {
+            let jobs = jobs.clone();
+            thread::spawn(move || {
+                jobs.post(0, |j| j.inputs[1] = 20);
+                jobs.read(0, || false, |j| j.sum)
+            })
+        };
+        jobs.post(0, |j| j.inputs[0] = 10);
+        assert_eq!(jobs.read(0, || false, |j| j.sum), Some(30));
+        assert_eq!(other.join().unwrap(), Some(30));
+        worker.join().unwrap();
+    });
+}
+
+/// A rank posts two jobs before it reads the first: the worker runs them in order, each
+/// is read once run, and a job read by every rank is reused for the next.
+#[test]
+fn loom_jobs_posted_ahead_run_in_order_and_are_reused() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let jobs = Arc::new(Jobs::<Job>::new(1));
+        let worker = {
+            let jobs = jobs.clone();
+            thread::spawn(move || {
+                while let Some((seq, mut job)) = jobs.next() {
+                    job.sum += job.inputs[0] + seq as u32 * 100;
+                    jobs.ran(seq, job);
+                }
+            })
+        };
+        jobs.post(0, |j| j.inputs[0] = 1);
+        jobs.post(1, |j| j.inputs[0] = 2);
+        assert_eq!(jobs.read(0, || false, |j| j.sum), Some(1));
+        assert_eq!(jobs.read(1, || false, |j| j.sum), Some(102));
+        // Job 1's box, the last one read, is job 2's: its old sum is still there.
+        jobs.post(2, |j| j.inputs[0] = 3);
+        assert_eq!(jobs.read(2, || false, |j| j.sum), Some(102 + 3 + 200));
+        jobs.stop();
+        worker.join().unwrap();
+    });
+}
+
+/// A rank that waits for a job whose other rank never posts gives up when told, and the
+/// worker stops: nothing hangs.
+#[test]
+fn loom_a_read_gives_up_on_stop_and_the_worker_ends() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(3);
+    model.check(|| {
+        let jobs = Arc::new(Jobs::<Job>::new(2));
+        let stop = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let worker = {
+            let jobs = jobs.clone();
+            thread::spawn(move || while jobs.next().is_some() {})
+        };
+        let aborter = {
+            let (jobs, stop) = (jobs.clone(), stop.clone());
+            thread::spawn(move || {
+                stop.store(true, Relaxed);
+                jobs.ring();
+            })
+        };
+        jobs.post(0, |j| j.inputs[0] = 1);
+        assert_eq!(jobs.read(0, || stop.load(Relaxed), |j| j.sum), None);
+        aborter.join().unwrap();
+        jobs.stop();
+        worker.join().unwrap();
     });
 }

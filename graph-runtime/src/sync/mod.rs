@@ -20,9 +20,13 @@
 
 mod cells;
 mod epoch;
+#[cfg(any(feature = "mpi", all(test, loom)))]
+mod jobs;
 
 pub(crate) use cells::Cells;
 pub(crate) use epoch::{actor_ended, actor_started, briefly, crowded, Barrier, Epoch, Interrupted};
+#[cfg(any(feature = "mpi", all(test, loom)))]
+pub(crate) use jobs::Jobs;
 
 #[cfg(loom)]
 pub(crate) mod prims {

@@ -1,7 +1,8 @@
 //! Stages that go on while the actors compute: the process's ranks post a deferred stage
 //! (see `Communicator::start_stage`) as a [`Job`] and go on, and one progress thread per
 //! group and process does the leader's part of each job, in the order the ranks started
-//! them; each rank takes its results when its step first reads them.
+//! them; each rank takes its results when its step first reads them. The queue itself,
+//! and how the ranks and the thread wait on it, is [`Jobs`](crate::sync::Jobs).
 //!
 //! Why a thread: OpenMPI moves a message over TCP only inside an MPI call, so a stage in
 //! flight needs someone in MPI while the actors compute. The progress thread is that
@@ -12,19 +13,18 @@
 //! which the thread reads as the leader's regions): its values may be moved or dropped as
 //! soon as `start_stage` returns, and the thread touches no rank's memory. The thread's
 //! results stay in the job until every rank of the process has taken its own, so a rank
-//! may start further stages before it completes this one. Jobs are recycled: steady state
-//! allocates nothing.
+//! may start further stages before it completes this one.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Acquire;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use super::board::{lock, Bytes, Outcome, Post, Shared};
-use super::pack::{copy_out, Mine, Unpacked};
+use super::pack::{copy_out, region_bytes, Mine, Unpacked};
 use super::plan::{Facts, Plan};
 use super::Node;
-use crate::comm::{Collective, SlotDesc};
+use crate::comm::{Collective, RegionMut, SlotDesc, StageError};
+use crate::sync::Jobs;
 use crate::DType;
 
 /// One deferred stage of the process's ranks: their posts, the leader's regions, and, once
@@ -38,7 +38,7 @@ pub(super) struct Job {
     pub(super) own: [Bytes; DType::COUNT],
     pub(super) outs: [Bytes; DType::COUNT],
     pub(super) shared: Shared,
-    /// The leader's header's slots and plan, and whether it has its values.
+    /// The leader's header's slots and plan, and the collective.
     pub(super) slots: Vec<SlotDesc>,
     pub(super) planned: Option<(Facts, Plan)>,
     pub(super) collective: Option<Collective>,
@@ -47,11 +47,11 @@ pub(super) struct Job {
 }
 
 impl Job {
-    fn new(ranks: usize) -> Box<Self> {
-        Box::new(Job {
-            posts: (0..ranks).map(|_| Mutex::default()).collect(),
-            ..Job::default()
-        })
+    /// Makes the job's posts for `ranks` ranks, if it has not got them yet (a new job).
+    pub(super) fn make_posts(&mut self, ranks: usize) {
+        if self.posts.len() != ranks {
+            self.posts = (0..ranks).map(|_| Mutex::default()).collect();
+        }
     }
 }
 
@@ -78,52 +78,18 @@ fn regions<'j>(
     (mine, outputs)
 }
 
-/// A job in the queue.
-struct Entry {
-    /// `None` while the progress thread runs it.
-    job: Option<Box<Job>>,
-    /// How many ranks have posted it, and taken their results.
-    posted: usize,
-    taken: usize,
-}
-
-/// The deferred stages of the process's ranks of a group, oldest first.
-#[derive(Default)]
-pub(super) struct Queue {
-    entries: VecDeque<Entry>,
-    /// The stage number of the first entry (each rank numbers its deferred stages 0, 1,
-    /// ... in the order it starts them).
-    first: u64,
-    /// The next stage the progress thread runs.
-    next: u64,
-    free: Vec<Box<Job>>,
-    /// Set when the last endpoint is dropped: the thread ends.
-    stop: bool,
-    thread: Option<JoinHandle<()>>,
-}
-
-/// The queue and the bell that rings when a job is posted in full or run.
-#[derive(Default)]
+/// A group's deferred stages in this process, and the thread that leads them.
 pub(super) struct Background {
-    queue: Mutex<Queue>,
-    bell: Condvar,
+    pub(super) jobs: Jobs<Job>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Background {
-    pub(super) fn lock(&self) -> MutexGuard<'_, Queue> {
-        lock(&self.queue)
-    }
-
-    /// Wakes every waiter (after an abort, for them to see it).
-    pub(super) fn ring(&self) {
-        let _queue = self.lock();
-        self.bell.notify_all();
-    }
-
-    fn wait<'a>(&self, queue: MutexGuard<'a, Queue>) -> MutexGuard<'a, Queue> {
-        self.bell
-            .wait(queue)
-            .unwrap_or_else(PoisonError::into_inner)
+    pub(super) fn new(ranks: usize) -> Self {
+        Self {
+            jobs: Jobs::new(ranks),
+            thread: Mutex::new(None),
+        }
     }
 }
 
@@ -134,13 +100,8 @@ pub(super) struct Stopper(pub(super) Arc<Node>);
 impl Drop for Stopper {
     fn drop(&mut self) {
         let bg = &self.0.background;
-        let thread = {
-            let mut queue = bg.lock();
-            queue.stop = true;
-            bg.bell.notify_all();
-            queue.thread.take()
-        };
-        if let Some(thread) = thread {
+        bg.jobs.stop();
+        if let Some(thread) = lock(&bg.thread).take() {
             let _ = thread.join();
         }
     }
@@ -148,37 +109,21 @@ impl Drop for Stopper {
 
 impl Node {
     /// Rank `local`'s part of starting its deferred stage number `seq`: `post` writes into
-    /// the job (the rank's post, and for the leader its regions too). The last rank to
-    /// post rings the progress thread, which the first job of the group starts.
+    /// the job (the rank's post, and for the leader its regions too). The first job of the
+    /// group starts the progress thread.
     pub(super) fn post_job(self: &Arc<Self>, seq: u64, post: impl FnOnce(&mut Job)) {
-        let ranks = self.board.ranks();
-        let mut queue = self.background.lock();
-        if queue.thread.is_none() && !queue.stop {
-            let node = Arc::clone(self);
-            let name = format!("actorgraph-{}-progress", self.group);
-            queue.thread = std::thread::Builder::new()
-                .name(name)
-                .spawn(move || node.progress())
-                .ok();
+        {
+            let mut thread = lock(&self.background.thread);
+            if thread.is_none() {
+                let node = Arc::clone(self);
+                let name = format!("actorgraph-{}-progress", self.group);
+                *thread = std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || node.progress())
+                    .ok();
+            }
         }
-        while queue.first + queue.entries.len() as u64 <= seq {
-            let mut job = queue.free.pop().unwrap_or_else(|| Job::new(ranks));
-            job.outcome = None;
-            queue.entries.push_back(Entry {
-                job: Some(job),
-                posted: 0,
-                taken: 0,
-            });
-        }
-        let at = (seq - queue.first) as usize;
-        let entry = &mut queue.entries[at];
-        if let Some(job) = entry.job.as_deref_mut() {
-            post(job);
-        }
-        entry.posted += 1;
-        if entry.posted == ranks {
-            self.background.bell.notify_all();
-        }
+        self.background.jobs.post(seq, post);
     }
 
     /// Rank `local`'s part of completing its deferred stage number `seq`: waits until the
@@ -188,58 +133,21 @@ impl Node {
         &self,
         seq: u64,
         take: impl FnOnce(&Job) -> R,
-    ) -> Result<R, crate::comm::StageError> {
-        let ranks = self.board.ranks();
-        let mut queue = self.background.lock();
-        loop {
-            let at = seq.checked_sub(queue.first).map(|a| a as usize);
-            let done = at
-                .and_then(|a| queue.entries.get(a))
-                .and_then(|e| e.job.as_deref())
-                .filter(|j| j.outcome.is_some());
-            if let Some(job) = done {
-                let taken = take(job);
-                let at = at.unwrap_or_default();
-                queue.entries[at].taken += 1;
-                // Recycle every job at the front that every rank has taken.
-                while queue.entries.front().is_some_and(|e| e.taken == ranks) {
-                    if let Some(job) = queue.entries.pop_front().and_then(|e| e.job) {
-                        queue.free.push(job);
-                    }
-                    queue.first += 1;
-                }
-                return Ok(taken);
-            }
-            if self.aborted.load(Acquire) {
-                return Err(crate::comm::StageError::Aborted);
-            }
-            queue = self.background.wait(queue);
-        }
+    ) -> Result<R, StageError> {
+        let aborted = || self.aborted.load(Acquire);
+        self.background
+            .jobs
+            .read(seq, aborted, take)
+            .ok_or(StageError::Aborted)
     }
 
-    /// The progress thread: runs each job once every rank has posted it, in order.
+    /// The progress thread: leads each job once every rank has posted it, in order, until
+    /// the last endpoint is dropped.
     fn progress(&self) {
-        let ranks = self.board.ranks();
-        let bg = &self.background;
-        let mut queue = bg.lock();
-        loop {
-            if queue.stop {
-                return;
-            }
-            let at = (queue.next - queue.first) as usize;
-            let ready = queue.entries.get(at).is_some_and(|e| e.posted == ranks);
-            let Some(mut job) = ready.then(|| queue.entries[at].job.take()).flatten() else {
-                queue = bg.wait(queue);
-                continue;
-            };
-            drop(queue);
-            let outcome = self.run_job(&mut job);
-            job.outcome = Some(outcome);
-            queue = bg.lock();
-            let at = (queue.next - queue.first) as usize;
-            queue.entries[at].job = Some(job);
-            queue.next += 1;
-            bg.bell.notify_all();
+        crate::mpi::wait::be_patient();
+        while let Some((seq, mut job)) = self.background.jobs.next() {
+            job.outcome = Some(self.run_job(&mut job));
+            self.background.jobs.ran(seq, job);
         }
     }
 
@@ -275,17 +183,17 @@ impl Node {
 pub(super) fn copy_results(
     job: &Job,
     (local, rank, size): (usize, usize, usize),
-    regions: &mut [crate::comm::RegionMut<'_>],
-    outputs: &mut [crate::comm::RegionMut<'_>],
+    regions: &mut [RegionMut<'_>],
+    outputs: &mut [RegionMut<'_>],
 ) {
     let Some(collective) = job.collective else {
         return;
     };
     let in_place = job.outcome.as_ref().is_some_and(|(_, in_place)| *in_place);
     if local == 0 && in_place {
-        let copy = |r: &mut crate::comm::RegionMut<'_>, from: &[Bytes; DType::COUNT]| {
+        let copy = |r: &mut RegionMut<'_>, from: &[Bytes; DType::COUNT]| {
             let d = r.dtype();
-            let dst = super::pack::region_bytes(r);
+            let dst = region_bytes(r);
             dst.copy_from_slice(from[d.index()].bytes(dst.len()));
         };
         regions.iter_mut().for_each(|r| copy(r, &job.own));

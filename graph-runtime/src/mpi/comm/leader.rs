@@ -102,8 +102,23 @@ pub(super) fn mpi_count(bytes: usize) -> Result<i32, String> {
 
 /// Waits for every request of a stage's payload, to the end: once every process has
 /// agreed, the requests may use the leader's own regions, which could not be left to MPI.
+/// A patient thread (the progress thread) tests and naps instead of waiting inside MPI,
+/// which spins (see `mpi::wait::be_patient`).
 pub(super) fn wait_all<'a, D: ?Sized, S: Scope<'a>>(requests: Vec<Request<'a, D, S>>) {
-    for r in requests {
-        r.wait();
+    if !crate::mpi::wait::patient() {
+        for r in requests {
+            r.wait();
+        }
+        return;
+    }
+    let mut pending = requests;
+    let mut left = Vec::with_capacity(pending.len());
+    let mut spins = 0;
+    while !pending.is_empty() {
+        left.extend(pending.drain(..).filter_map(|r| r.test().err()));
+        std::mem::swap(&mut pending, &mut left);
+        if !pending.is_empty() {
+            crate::mpi::wait::idle(&mut spins);
+        }
     }
 }

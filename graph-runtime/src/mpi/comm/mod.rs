@@ -27,6 +27,10 @@
 //!    its own, or, for an `allreduce` of more than `plan::SMALL` bytes, views the leader's
 //!    buffers (`shares_results`: handed over at one more meeting).
 //!
+//! A deferred stage (one the step completes after later calls) goes the same way, but
+//! led by the group's progress thread over a job of its own while the ranks compute (see
+//! [`background`]).
+//!
 //! Reductions fold every rank's values in rank order, in the element's accumulator, as
 //! [`reduce_reference`](crate::comm::reduce_reference) does: bit for bit the same on every
 //! rank of every process, whatever the MPI library, and for `f16`/`bf16`, which MPI has
@@ -120,7 +124,7 @@ impl MpiComm {
             census: Census::new(layout.census, layout.counts.clone(), layout.process),
             caps: Caps::new(layout.counts, layout.offsets, layout.process),
             aborted: AtomicBool::new(false),
-            background: Background::default(),
+            background: Background::new(n),
             _world: world,
         });
         let progress = Arc::new(Stopper(Arc::clone(&node)));
@@ -270,7 +274,7 @@ impl Communicator for MpiComm {
         self.started += 1;
         // A broadcast needs the root's values only.
         let needed = !matches!(collective, Collective::Broadcast { root } if root != rank);
-        let caps = &self.node.caps;
+        let (caps, ranks) = (&self.node.caps, self.node.board.ranks());
         self.node.post_job(seq, |job| {
             if local == 0 {
                 // The leader's plan, from its own header, as in `stage`.
@@ -280,6 +284,7 @@ impl Communicator for MpiComm {
                 job.slots.clear();
                 job.slots.extend_from_slice(header.slots);
             }
+            job.make_posts(ranks);
             let mut post = lock(&job.posts[local]);
             post.words.clear();
             wire::encode(header, collective, &mut post.words);
@@ -321,7 +326,7 @@ impl Communicator for MpiComm {
         let abort = AbortHandle::new(move || {
             node.aborted.store(true, Release);
             node.board.abort();
-            node.background.ring();
+            node.background.jobs.ring();
         });
         if !self.spans_processes() {
             return abort;
