@@ -102,10 +102,9 @@ pub struct FusedStage {
     /// Whether the step completes this stage later than it starts it, with calls between:
     /// it starts through [`Communicator::start_stage`] (see [`FusedStage::start`]).
     pub(crate) deferred: bool,
-    /// Started and in flight: whether its results are then shared (see `run`).
-    pending: Option<bool>,
-    /// The collective of the stage in flight.
-    last_collective: Collective,
+    /// Started and in flight: its collective, and whether its results are then shared
+    /// (see `run`).
+    pending: Option<(Collective, bool)>,
 }
 
 impl FusedStage {
@@ -131,7 +130,6 @@ impl FusedStage {
             last_round: 0,
             deferred: false,
             pending: None,
-            last_collective: Collective::AllGather,
         }
     }
 
@@ -533,12 +531,12 @@ impl FusedStage {
         comm: &mut C,
         group: &'static str,
     ) -> Result<(), Error> {
-        let Some(share) = self.pending.take() else {
+        let Some((collective, share)) = self.pending.take() else {
             return Ok(());
         };
         let (inputs, outputs) = (&mut self.inputs, &mut self.outputs);
         let result = inputs.with_slices(|ins| {
-            outputs.with_slices(|outs| comm.complete_stage(self.last_collective, ins, outs))
+            outputs.with_slices(|outs| comm.complete_stage(collective, ins, outs))
         });
         let result = result.and_then(|()| self.exchange(comm, share));
         result.map_err(|e| self.stage_error(e, group))
@@ -611,8 +609,7 @@ impl FusedStage {
         let result = result.and_then(|progress| match progress {
             Progress::Complete => self.exchange(comm, share),
             Progress::InFlight => {
-                self.pending = Some(share);
-                self.last_collective = collective;
+                self.pending = Some((collective, share));
                 Ok(())
             }
         });
